@@ -1,0 +1,49 @@
+"""The `imagebuild` command: parse, call, print, and map errors to the exit codes of the contract."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import click
+
+from imagebuild.errors import ImagebuildError
+
+# Each module under imagebuild/commands/ owns one command (group) and exposes it as `command`.
+COMMAND_MODULES = [
+]
+
+
+class ErrorMappingGroup(click.Group):
+    """Turns ImagebuildError into one `error: ...` line and its exit code; tracebacks only with --debug."""
+
+    def invoke(self, ctx: click.Context):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except ImagebuildError as exc:
+            if ctx.params.get("debug"):
+                raise
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+
+
+@click.group(cls=ErrorMappingGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--matrix",
+    "matrix_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=Path("matrix.yaml"),
+    show_default=True,
+    envvar="IMAGEBUILD_MATRIX",
+    help="The matrix file: the single source of truth.",
+)
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@click.pass_context
+def main(ctx: click.Context, matrix_path: Path, debug: bool) -> None:
+    """Build GPU serving images from matrix.yaml, smoke them on GPUs, publish them."""
+    ctx.obj = {"matrix_path": matrix_path, "debug": debug}
+
+
+for _name in COMMAND_MODULES:
+    main.add_command(importlib.import_module(f"imagebuild.commands.{_name}").command)
