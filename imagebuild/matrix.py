@@ -1,0 +1,593 @@
+"""matrix.yaml: pydantic models, loading with file:line:column errors, and target expansion.
+
+Every error names the place in the file, the key path and what was expected, so a typo never turns into a
+silently different image. Strings are restricted to characters that cannot become Dockerfile syntax.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import itertools
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from imagebuild import arches
+from imagebuild.errors import ConfigError
+
+# Characters allowed in every string of the matrix: enough for names, versions, URLs, image refs and
+# descriptions; no newline, quote, backslash, `$` or `;`, so no value can end or extend a Dockerfile line.
+_SAFE_TEXT = re.compile(r"^[A-Za-z0-9 ._:/@+=,%~#()\[\]{}*?!^-]*$")
+
+
+def _safe_text(value: str) -> str:
+    bad = sorted({ch for ch in value if not _SAFE_TEXT.match(ch)})
+    if bad:
+        shown = ", ".join(repr(ch) for ch in bad)
+        raise ValueError(f"contains {shown}, which could become Dockerfile syntax (newline, quote, `$`, `;`, ...)")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_safe_text)]
+Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+Commit = Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")]
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
+PlatformKind = Literal["rocm", "cuda", "cpu"]
+ArchVariable = Literal[
+    "PYTORCH_ROCM_ARCH",
+    "GPU_TARGETS",
+    "AMDGPU_TARGETS",
+    "GPU_ARCHS",
+    "FA_GFX_ARCHS",
+    "AOTRITON_TARGET_ARCH",
+    "TORCH_CUDA_ARCH_LIST",
+    "CMAKE_CUDA_ARCHITECTURES",
+]
+Backend = Literal["flash", "efficient", "cudnn", "math"]
+EnvName = Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")]
+
+
+def _known_arch(value: str) -> str:
+    target = arches.parse_target(value)  # raises ConfigError -> wrapped below as a ValueError
+    return target.id
+
+
+def _arch_name(value: str) -> str:
+    try:
+        return _known_arch(value)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+
+
+ArchName = Annotated[str, AfterValidator(_arch_name)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Settings(Strict):
+    require_pins: bool = False
+    allow_experimental: bool = False
+
+
+class Source(Strict):
+    """Where a source comes from: a git commit, a URL with a checksum, or a path in this repository."""
+
+    git: Text | None = None
+    ref: Text | None = None
+    commit: Commit | None = None
+    url: Text | None = None
+    sha256: Sha256 | None = None
+    path: Text | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Source:
+        given = [k for k in ("git", "url", "path") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"expected exactly one of git, url, path (got {', '.join(given) or 'none'})")
+        if self.git is None and (self.ref or self.commit):
+            raise ValueError("ref and commit belong to a git source")
+        if self.url is None and self.sha256:
+            raise ValueError("sha256 belongs to a url source")
+        return self
+
+    @property
+    def pinned(self) -> bool:
+        return self.path is not None or self.commit is not None or self.sha256 is not None
+
+    def describe(self) -> str:
+        if self.git:
+            return f"{self.git}@{self.commit or self.ref or 'HEAD'}"
+        return self.url or f"./{self.path}"
+
+
+class Patch(Source):
+    name: Name
+    description: Text = ""
+
+
+class Platform(Strict):
+    kind: PlatformKind
+    version: Text | None = None
+    base_image: Text
+    base_digest: Digest | None = None
+    python: Text = "python3"
+    python_version: Text
+    arches: list[ArchName] = []
+    default_arches: list[ArchName] = []
+    apt_packages: list[Text] = []
+    env: dict[EnvName, Text] = {}
+
+
+class TorchBuild(Strict):
+    obtain: Literal["wheel", "source"]
+    index_url: Text | None = None
+    find_links: Text | None = None
+    source: Source | None = None
+    patches: list[Patch] = []
+    arch_vars: list[ArchVariable] = []
+    supported: list[ArchName] = []
+    experimental: list[ArchName] = []
+    build_env: dict[EnvName, Text] = {}
+    max_jobs: int | None = Field(default=None, ge=1, le=512)
+    attention: dict[Text, list[Backend]] = {}
+
+    @model_validator(mode="after")
+    def _how(self) -> TorchBuild:
+        if self.obtain == "source" and self.source is None:
+            raise ValueError("obtain: source needs a source")
+        if self.obtain == "wheel" and (self.source is not None or self.patches):
+            raise ValueError("obtain: wheel takes no source or patches (use obtain: source)")
+        if self.obtain == "wheel" and not (self.index_url or self.find_links):
+            raise ValueError("obtain: wheel needs index_url or find_links")
+        return self
+
+
+class Torch(Strict):
+    version: Text
+    builds: dict[PlatformKind, TorchBuild]
+
+
+class Component(Strict):
+    description: Text = ""
+    kind: Literal["kernels", "python-ext"]
+    platforms: list[PlatformKind]
+    source: Source
+    arch_vars: list[ArchVariable] = []
+    supported: list[ArchName] = []
+    experimental: list[ArchName] = []
+    optional: bool = False
+    max_jobs: int | None = Field(default=None, ge=1, le=512)
+
+
+class Runtime(Strict):
+    description: Text = ""
+    source: Source
+    builder_image: Text
+    builder_digest: Digest | None = None
+    entrypoint: Text
+
+
+class TunableOp(Strict):
+    enabled: bool = True
+    tuning: bool = False
+    results_dir: Text = "/data/tunableop"
+    filename: Text = "tunableop_results%d.csv"
+    max_tuning_duration_ms: int | None = Field(default=None, ge=1)
+
+
+class Axes(Strict):
+    platform: list[Name]
+    torch: list[Text]
+
+
+class Combo(Strict):
+    platform: Name | None = None
+    torch: Text | None = None
+
+
+class TargetGroup(Strict):
+    name: Text
+    axes: Axes
+    components: list[Name] = []
+    runtime: Name | None = None
+    include: list[Combo] = []
+    exclude: list[Combo] = []
+    allow_experimental: bool = False
+
+
+class MatrixModel(Strict):
+    schema_version: Literal[1]
+    settings: Settings = Settings()
+    platforms: dict[Name, Platform]
+    torch: dict[Text, Torch]
+    components: dict[Name, Component] = {}
+    runtimes: dict[Name, Runtime] = {}
+    tunableop: TunableOp = TunableOp()
+    targets: list[TargetGroup]
+
+
+# --- loading with positions ---------------------------------------------------------------------------
+
+KeyPath = tuple[str | int, ...]
+
+
+class _Positions:
+    """Line/column of every key and value in the YAML file, by key path."""
+
+    def __init__(self) -> None:
+        self.keys: dict[KeyPath, yaml.Mark] = {}
+        self.values: dict[KeyPath, yaml.Mark] = {}
+
+    def find(self, path: KeyPath, prefer_key: bool = False) -> yaml.Mark | None:
+        for end in range(len(path), -1, -1):
+            sub = path[:end]
+            first, second = (self.keys, self.values) if prefer_key or end < len(path) else (self.values, self.keys)
+            mark = first.get(sub) or second.get(sub)
+            if mark is not None:
+                return mark
+        return None
+
+
+def _build(loader: yaml.SafeLoader, node: yaml.Node, path: KeyPath, pos: _Positions, file: Path) -> Any:
+    pos.values[path] = node.start_mark
+    if isinstance(node, yaml.MappingNode):
+        loader.flatten_mapping(node)
+        result: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node)
+            if not isinstance(key, str | int | float | bool) or key is None:
+                raise _located_error(file, key_node.start_mark, path, "mapping keys must be plain scalars")
+            key = str(key)
+            if key in result:
+                raise _located_error(file, key_node.start_mark, (*path, key), f"duplicate key '{key}'")
+            pos.keys[(*path, key)] = key_node.start_mark
+            result[key] = _build(loader, value_node, (*path, key), pos, file)
+        return result
+    if isinstance(node, yaml.SequenceNode):
+        return [_build(loader, item, (*path, i), pos, file) for i, item in enumerate(node.value)]
+    return loader.construct_object(node)
+
+
+def format_path(path: KeyPath) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+def _located_error(file: Path, mark: yaml.Mark | None, path: KeyPath, message: str) -> ConfigError:
+    where = f"{file}:{mark.line + 1}:{mark.column + 1}" if mark else str(file)
+    return ConfigError(f"{where}: {format_path(path)}: {message}")
+
+
+def _fields_at(path: KeyPath) -> list[str]:
+    """The valid key names of the model at a key path, for "did you mean" suggestions."""
+    model: Any = MatrixModel
+    for part in path:
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            info = model.model_fields.get(str(part))
+            if info is None:
+                return []
+            model = info.annotation
+        else:
+            model = None
+        model = _unwrap(model, part)
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return list(model.model_fields)
+    return []
+
+
+def _unwrap(annotation: Any, part: str | int) -> Any:
+    """Follow list[...] / dict[..., X] / X | None to the model a deeper key path lands in."""
+    args = getattr(annotation, "__args__", ())
+    origin = getattr(annotation, "__origin__", None)
+    if origin in (list, dict) and args:
+        return args[-1]
+    for arg in args:
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return annotation
+
+
+def _describe_validation(exc: ValidationError, pos: _Positions, file: Path) -> ConfigError:
+    messages: list[str] = []
+    first_mark: yaml.Mark | None = None
+    first_path: KeyPath = ()
+    for error in exc.errors(include_url=False):
+        path: KeyPath = tuple(p for p in error["loc"] if isinstance(p, str | int))
+        kind = error["type"]
+        if kind == "extra_forbidden":
+            parent, key = path[:-1], str(path[-1])
+            valid = _fields_at(parent)
+            close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+            hint = f"; did you mean '{close[0]}'?" if close else (f"; expected one of: {', '.join(valid)}" if valid else "")
+            message = f"unknown key '{key}'{hint}"
+            mark = pos.find(path, prefer_key=True)
+        elif kind == "missing":
+            message = f"missing required key '{path[-1]}'"
+            mark = pos.find(path[:-1])
+        elif kind == "literal_error":
+            expected = error.get("ctx", {}).get("expected", "")
+            got = error.get("input")
+            close = difflib.get_close_matches(str(got), re.findall(r"'([^']+)'", expected), n=1, cutoff=0.6)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            message = f"expected {expected}, got {got!r}{hint}"
+            mark = pos.find(path)
+        else:
+            reason = error["msg"].removeprefix("Value error, ")
+            message = f"{reason} (got {error.get('input')!r})" if kind != "value_error" else reason
+            mark = pos.find(path)
+        if first_mark is None:
+            first_mark, first_path = mark, path
+        where = f"{file}:{mark.line + 1}:{mark.column + 1}: " if mark else ""
+        messages.append(f"{where}{format_path(path)}: {message}")
+    extra = f" (and {len(messages) - 1} more: {'; '.join(messages[1:3])})" if len(messages) > 1 else ""
+    return ConfigError(messages[0] + extra)
+
+
+# --- expansion ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Target:
+    """One expanded target: a platform, a torch build, components and a runtime, ready to resolve and render."""
+
+    name: str
+    platform_name: str
+    platform: Platform
+    torch_key: str
+    torch: Torch
+    torch_build: TorchBuild
+    components: tuple[tuple[str, Component], ...]
+    skipped_components: tuple[str, ...]
+    runtime_name: str | None
+    runtime: Runtime | None
+    tunableop: TunableOp
+    allow_experimental: bool
+
+    def arch_supports(self) -> list[arches.ArchSupport]:
+        """The torch build and every component, as the arch resolver sees them."""
+        supports = [arches.ArchSupport("pytorch", tuple(self.torch_build.supported), tuple(self.torch_build.experimental))]
+        for name, component in self.components:
+            supports.append(
+                arches.ArchSupport(name, tuple(component.supported), tuple(component.experimental), component.optional)
+            )
+        return supports
+
+    def resolve(
+        self, arch_arg: str | None = None, env: dict[str, str] | None = None, allow_experimental: bool = False
+    ) -> arches.Resolution:
+        return arches.resolve(
+            target=self.name,
+            platform_kind=self.platform.kind,
+            platform_arches=[arches.parse_target(a).processor for a in self.platform.arches],
+            default_arches=self.platform.default_arches,
+            components=self.arch_supports(),
+            arch_arg=arch_arg,
+            env=env,
+            allow_experimental=allow_experimental or self.allow_experimental,
+        )
+
+
+@dataclass(frozen=True)
+class Unpinned:
+    where: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.what}"
+
+
+class Matrix:
+    """A loaded, cross-checked matrix and its expanded targets."""
+
+    def __init__(self, model: MatrixModel, path: Path, sha256: str, targets: list[Target]) -> None:
+        self.model = model
+        self.path = path
+        self.sha256 = sha256
+        self.targets = targets
+
+    def target(self, name: str) -> Target:
+        for target in self.targets:
+            if target.name == name:
+                return target
+        names = [t.name for t in self.targets]
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
+        hint = f"did you mean '{close[0]}'?" if close else f"targets: {', '.join(names)}"
+        raise ConfigError(f"unknown target '{name}'", hint=hint)
+
+    def select(self, names: tuple[str, ...] | list[str]) -> list[Target]:
+        return [self.target(n) for n in names] if names else list(self.targets)
+
+    def unpinned(self) -> list[Unpinned]:
+        """Every source, patch and base image that is not pinned by digest, commit or checksum."""
+        found: list[Unpinned] = []
+        m = self.model
+        for name, platform in m.platforms.items():
+            if platform.base_digest is None and not platform.base_image.startswith("local/"):
+                found.append(Unpinned(f"platforms.{name}", f"base image {platform.base_image} has no digest"))
+        for key, torch in m.torch.items():
+            for kind, build in torch.builds.items():
+                where = f"torch.{key}.builds.{kind}"
+                if build.source is not None and not build.source.pinned:
+                    found.append(Unpinned(where, f"source {build.source.describe()} has no commit"))
+                for i, patch in enumerate(build.patches):
+                    if not patch.pinned:
+                        found.append(Unpinned(f"{where}.patches[{i}]", f"patch {patch.name} ({patch.describe()}) has no commit or sha256"))
+        for name, component in m.components.items():
+            if not component.source.pinned:
+                found.append(Unpinned(f"components.{name}", f"source {component.source.describe()} has no commit or sha256"))
+        for name, runtime in m.runtimes.items():
+            if not runtime.source.pinned:
+                found.append(Unpinned(f"runtimes.{name}", f"source {runtime.source.describe()} has no commit"))
+            if runtime.builder_digest is None:
+                found.append(Unpinned(f"runtimes.{name}", f"builder image {runtime.builder_image} has no digest"))
+        return found
+
+
+def _check_references(model: MatrixModel, pos: _Positions, file: Path) -> list[Target]:
+    """Cross-checks pydantic cannot do alone; returns the expanded targets."""
+
+    def fail(path: KeyPath, message: str, valid: list[str] | None = None, value: str | None = None) -> ConfigError:
+        if valid is not None and value is not None:
+            close = difflib.get_close_matches(value, valid, n=1, cutoff=0.5)
+            message += f"; did you mean '{close[0]}'?" if close else f"; expected one of: {', '.join(valid)}"
+        return _located_error(file, pos.find(path), path, message)
+
+    for name, platform in model.platforms.items():
+        processors = [arches.parse_target(a) for a in platform.arches]
+        vendor = arches.PLATFORM_VENDOR[platform.kind]
+        for i, target in enumerate(processors):
+            if target.vendor != vendor:
+                raise fail(("platforms", name, "arches", i), f"{target.id} is not a {platform.kind} arch")
+        for i, arch in enumerate(platform.default_arches):
+            if arches.parse_target(arch).processor not in {t.processor for t in processors}:
+                raise fail(("platforms", name, "default_arches", i), f"{arch} is not in this platform's arches")
+    for key, torch in model.torch.items():
+        for kind, build in torch.builds.items():
+            for field_name in ("supported", "experimental"):
+                for i, arch in enumerate(getattr(build, field_name)):
+                    if arches.PLATFORM_VENDOR[kind] != arches.parse_target(arch).vendor:
+                        raise fail(("torch", key, "builds", kind, field_name, i), f"{arch} is not a {kind} arch")
+            for var_index, var in enumerate(build.arch_vars):
+                if arches.ARCH_VARIABLES[var][0] != arches.PLATFORM_VENDOR[kind]:
+                    raise fail(("torch", key, "builds", kind, "arch_vars", var_index), f"{var} is not read on {kind}")
+    for name, component in model.components.items():
+        both = set(component.supported) & set(component.experimental)
+        if both:
+            raise fail(("components", name, "experimental"), f"{', '.join(sorted(both))} listed as supported and experimental")
+
+    targets: list[Target] = []
+    seen: dict[str, KeyPath] = {}
+    for g, group in enumerate(model.targets):
+        gpath: KeyPath = ("targets", g)
+        for i, platform_name in enumerate(group.axes.platform):
+            if platform_name not in model.platforms:
+                raise fail((*gpath, "axes", "platform", i), f"unknown platform '{platform_name}'", list(model.platforms), platform_name)
+        for i, torch_key in enumerate(group.axes.torch):
+            if torch_key not in model.torch:
+                raise fail((*gpath, "axes", "torch", i), f"unknown torch '{torch_key}'", list(model.torch), torch_key)
+        for i, component_name in enumerate(group.components):
+            if component_name not in model.components:
+                raise fail((*gpath, "components", i), f"unknown component '{component_name}'", list(model.components), component_name)
+        if group.runtime is not None and group.runtime not in model.runtimes:
+            raise fail((*gpath, "runtime"), f"unknown runtime '{group.runtime}'", list(model.runtimes), group.runtime)
+        combos = [Combo(platform=p, torch=t) for p, t in itertools.product(group.axes.platform, group.axes.torch)]
+        for i, extra in enumerate(group.include):
+            if extra.platform is None or extra.torch is None:
+                raise fail((*gpath, "include", i), "an include entry needs both platform and torch")
+            if extra.platform not in model.platforms or extra.torch not in model.torch:
+                raise fail((*gpath, "include", i), f"unknown platform or torch in include ({extra.platform}, {extra.torch})")
+            combos.append(extra)
+        for i, rule in enumerate(group.exclude):
+            if not any(_matches(rule, c) for c in combos):
+                raise fail((*gpath, "exclude", i), "this exclude entry matches no target (a typo would hide it)")
+        combos = [c for c in combos if not any(_matches(rule, c) for rule in group.exclude)]
+        for combo in combos:
+            assert combo.platform is not None and combo.torch is not None
+            platform = model.platforms[combo.platform]
+            torch = model.torch[combo.torch]
+            if platform.kind not in torch.builds:
+                raise fail(
+                    (*gpath, "axes"),
+                    f"torch '{combo.torch}' has no {platform.kind} build for platform {combo.platform}; "
+                    f"add one or exclude the pair",
+                )
+            try:
+                name = group.name.format(platform=combo.platform, torch=combo.torch)
+            except (KeyError, IndexError, ValueError) as exc:
+                raise fail((*gpath, "name"), f"bad name template ({exc}); use {{platform}} and {{torch}}") from None
+            if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", name):
+                raise fail((*gpath, "name"), f"target name '{name}' is not a valid image tag")
+            if name in seen:
+                raise fail((*gpath, "name"), f"target name '{name}' repeats the one of {format_path(seen[name])}")
+            seen[name] = gpath
+            chosen = [(c, model.components[c]) for c in group.components if platform.kind in model.components[c].platforms]
+            skipped = tuple(c for c in group.components if platform.kind not in model.components[c].platforms)
+            runtime = model.runtimes[group.runtime] if group.runtime else None
+            targets.append(
+                Target(
+                    name=name,
+                    platform_name=combo.platform,
+                    platform=platform,
+                    torch_key=combo.torch,
+                    torch=torch,
+                    torch_build=torch.builds[platform.kind],
+                    components=tuple(chosen),
+                    skipped_components=skipped,
+                    runtime_name=group.runtime,
+                    runtime=runtime,
+                    tunableop=model.tunableop,
+                    allow_experimental=group.allow_experimental or model.settings.allow_experimental,
+                )
+            )
+    for target in targets:
+        try:
+            target.resolve(env={})
+        except ConfigError as exc:
+            raise fail(seen[target.name], f"default arches do not resolve: {exc}") from None
+    return targets
+
+
+def _matches(rule: Combo, combo: Combo) -> bool:
+    return (rule.platform is None or rule.platform == combo.platform) and (rule.torch is None or rule.torch == combo.torch)
+
+
+def load_text(text: str, path: Path) -> Matrix:
+    """Parse and validate matrix text; every problem is a ConfigError naming file:line:column."""
+    loader = yaml.SafeLoader(text)
+    pos = _Positions()
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise ConfigError(f"{path}: the matrix file is empty")
+        data = _build(loader, node, (), pos, path)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: invalid YAML: {exc.problem or exc.context}") from None
+    finally:
+        loader.dispose()
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}:1:1: the matrix must be a mapping of sections (platforms, torch, ...)")
+    try:
+        model = MatrixModel.model_validate(data)
+    except ValidationError as exc:
+        raise _describe_validation(exc, pos, path) from None
+    targets = _check_references(model, pos, path)
+    return Matrix(model, path, hashlib.sha256(text.encode()).hexdigest(), targets)
+
+
+def load_matrix(path: Path) -> Matrix:
+    """Load matrix.yaml (or another path); a missing or unreadable file is a ConfigError."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such matrix file", hint="pass --matrix PATH or run from the repository root") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the matrix: {exc}") from None
+    return load_text(text, path)
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of matrix.yaml (the committed copy is schema/matrix.schema.json)."""
+    return MatrixModel.model_json_schema()
+
+
+def iter_strings(data: Any) -> Iterator[str]:
+    if isinstance(data, str):
+        yield data
+    elif isinstance(data, dict):
+        for value in data.values():
+            yield from iter_strings(value)
+    elif isinstance(data, list):
+        for value in data:
+            yield from iter_strings(value)
