@@ -12,6 +12,9 @@ from imagebuild.errors import ImagebuildError
 
 # Each module under imagebuild/commands/ owns one command (group) and exposes it as `command`.
 COMMAND_MODULES = [
+    "matrix",
+    "arches",
+    "render",
 ]
 
 

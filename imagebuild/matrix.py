@@ -10,7 +10,6 @@ import difflib
 import hashlib
 import itertools
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -124,6 +123,7 @@ class Platform(Strict):
     arches: list[ArchName] = []
     default_arches: list[ArchName] = []
     apt_packages: list[Text] = []
+    pip_packages: list[Text] = []
     env: dict[EnvName, Text] = {}
 
 
@@ -166,6 +166,7 @@ class Component(Strict):
     experimental: list[ArchName] = []
     optional: bool = False
     max_jobs: int | None = Field(default=None, ge=1, le=512)
+    requirements: Text | None = None
 
 
 class Runtime(Strict):
@@ -457,6 +458,11 @@ def _check_references(model: MatrixModel, pos: _Positions, file: Path) -> list[T
                 for i, arch in enumerate(getattr(build, field_name)):
                     if arches.PLATFORM_VENDOR[kind] != arches.parse_target(arch).vendor:
                         raise fail(("torch", key, "builds", kind, field_name, i), f"{arch} is not a {kind} arch")
+            if kind != "cpu":
+                covered = {arches.parse_target(a).processor for a in build.attention}
+                missing = sorted(set(build.supported + build.experimental) - covered)
+                if missing:
+                    raise fail(("torch", key, "builds", kind, "attention"), f"no attention backends listed for {', '.join(missing)}")
             for var_index, var in enumerate(build.arch_vars):
                 if arches.ARCH_VARIABLES[var][0] != arches.PLATFORM_VENDOR[kind]:
                     raise fail(("torch", key, "builds", kind, "arch_vars", var_index), f"{var} is not read on {kind}")
@@ -581,13 +587,3 @@ def json_schema() -> dict[str, Any]:
     """The JSON Schema of matrix.yaml (the committed copy is schema/matrix.schema.json)."""
     return MatrixModel.model_json_schema()
 
-
-def iter_strings(data: Any) -> Iterator[str]:
-    if isinstance(data, str):
-        yield data
-    elif isinstance(data, dict):
-        for value in data.values():
-            yield from iter_strings(value)
-    elif isinstance(data, list):
-        for value in data:
-            yield from iter_strings(value)

@@ -1,0 +1,359 @@
+"""Drive BuildKit for one or more targets: labels, tags, secrets, caches, logs and the build report.
+
+Builds run as a subprocess (`docker buildx build` or `DOCKER_BUILDKIT=1 docker build`) because only
+the CLI passes BuildKit secrets. Secrets travel as `--secret id=...,src=FILE` (temp files, mode 0600)
+and their values are scrubbed from every log line we keep, so they never reach args, layers or logs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from imagebuild.engine import Engine
+from imagebuild.errors import BuildFailed, ConfigError
+
+LOCAL_REPO = os.environ.get("IMAGEBUILD_LOCAL_REPO", "imagebuild")
+DEFAULT_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+LOG_TAIL_LINES = 40
+REDACTED = "***"
+
+
+@dataclass(frozen=True)
+class GitInfo:
+    """The revision labels: commit (with -dirty), short sha for the tag, commit time for `created`."""
+
+    revision: str
+    short: str
+    created: str
+
+    @classmethod
+    def read(cls, repo: Path) -> GitInfo:
+        def git(*args: str) -> str:
+            out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
+            return out.stdout.strip() if out.returncode == 0 else ""
+
+        sha = git("rev-parse", "HEAD")
+        if not sha:
+            epoch = int(os.environ.get("SOURCE_DATE_EPOCH", "0"))
+            return cls("unknown", "nogit", datetime.fromtimestamp(epoch, UTC).isoformat())
+        dirty = "-dirty" if git("status", "--porcelain", "--untracked-files=no") else ""
+        created = datetime.fromtimestamp(int(git("log", "-1", "--format=%ct")), UTC).isoformat()
+        return cls(sha + dirty, git("rev-parse", "--short", "HEAD") + dirty, created)
+
+
+@dataclass
+class BuildSpec:
+    """Everything one `docker build` needs; built by plan_builds, turned into argv by command()."""
+
+    target: str
+    context: Path
+    dockerfile: Path
+    tags: list[str]
+    labels: dict[str, str] = field(default_factory=dict)
+    build_args: dict[str, str] = field(default_factory=dict)
+    secrets: dict[str, Path] = field(default_factory=dict)
+    cache_from: list[str] = field(default_factory=list)
+    cache_to: list[str] = field(default_factory=list)
+    builder: str | None = None
+    wheels: list[Path] = field(default_factory=list)  # staged into build/wheelhouse before the build
+    render_dir: Path | None = None  # where a non-default render is written before the build
+    rendered_files: dict[str, str] = field(default_factory=dict)
+    log_path: Path = Path("build/logs/build.log")
+
+    @property
+    def iidfile(self) -> Path:
+        return self.log_path.with_suffix(".iid")
+
+
+@dataclass
+class TargetResult:
+    """One target's line in the build report."""
+
+    target: str
+    ok: bool
+    image_id: str | None
+    tags: list[str]
+    duration_s: float
+    cached_steps: int
+    total_steps: int
+    failed_step: str | None
+    log_tail: list[str]
+    log: str
+    dockerfile: str
+    command: list[str]
+
+
+class Secrets:
+    """Secret files for one build run: real files stay where they are, values become 0600 temp files."""
+
+    def __init__(self) -> None:
+        self._dir = Path(tempfile.mkdtemp(prefix="imagebuild-secrets-"))
+        os.chmod(self._dir, 0o700)
+        self.files: dict[str, Path] = {}
+        self.values: list[str] = []
+
+    def add_file(self, secret_id: str, path: Path) -> None:
+        self.files[secret_id] = path
+        if path.stat().st_size <= 4096:  # short files are tokens: scrub them from logs too
+            text = path.read_text(errors="ignore").strip()
+            if len(text) >= 6:
+                self.values.append(text)
+
+    def add_value(self, secret_id: str, value: str) -> None:
+        path = self._dir / secret_id
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(value)
+        self.files[secret_id] = path
+        self.values.append(value)
+        # A URL's password alone must not leak either.
+        match = re.match(r"^[a-z+]+://[^:/@]+:([^@]+)@", value)
+        if match:
+            self.values.append(match.group(1))
+
+    def scrub(self, line: str) -> str:
+        for value in self.values:
+            if value and value in line:
+                line = line.replace(value, REDACTED)
+        return line
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def collect_secrets(env: Mapping[str, str], extra: Iterable[str] = ()) -> Secrets:
+    """pipcert (CA bundle), pipindex (index URL with its token) and `--secret id=X,src=F|env=V` flags."""
+    secrets = Secrets()
+    ca = Path(env.get("PIP_CERT") or DEFAULT_CA_BUNDLE)
+    if ca.is_file():
+        secrets.add_file("pipcert", ca)
+    if env.get("PIP_INDEX_URL"):
+        secrets.add_value("pipindex", env["PIP_INDEX_URL"])
+    for flag in extra:
+        parts = dict(item.split("=", 1) for item in flag.split(",") if "=" in item)
+        secret_id = parts.get("id")
+        if not secret_id or not ({"src", "env"} & parts.keys()):
+            raise ConfigError(f"bad --secret '{flag}'", hint="use id=NAME,src=FILE or id=NAME,env=VARIABLE")
+        if "src" in parts:
+            path = Path(parts["src"])
+            if not path.is_file():
+                raise ConfigError(f"secret file for '{secret_id}' not found: {path}")
+            secrets.add_file(secret_id, path)
+        else:
+            if parts["env"] not in env:
+                raise ConfigError(f"secret '{secret_id}': variable {parts['env']} is not set")
+            secrets.add_value(secret_id, env[parts["env"]])
+    return secrets
+
+
+def command(spec: BuildSpec, engine: Engine) -> list[str]:
+    """The exact argv of one build."""
+    argv = [*engine.build_prefix(), "--progress", "plain", "--network", "host"]
+    if engine.mode == "buildx":
+        argv += ["--load"] + (["--builder", spec.builder] if spec.builder else [])
+    elif spec.builder:
+        raise ConfigError("--builder needs docker buildx", hint=f"{engine.client} runs BuildKit without buildx")
+    argv += ["-f", str(spec.dockerfile), "--iidfile", str(spec.iidfile)]
+    for tag in spec.tags:
+        argv += ["-t", tag]
+    for key, value in sorted(spec.build_args.items()):
+        argv += ["--build-arg", f"{key}={value}"]
+    for key, value in sorted(spec.labels.items()):
+        argv += ["--label", f"{key}={value}"]
+    for secret_id, path in sorted(spec.secrets.items()):
+        argv += ["--secret", f"id={secret_id},src={path}"]
+    for ref in spec.cache_from:
+        argv += ["--cache-from", ref]
+    for ref in spec.cache_to:
+        if engine.mode == "buildx":
+            argv += ["--cache-to", ref]
+        elif ref.replace(" ", "") in {"type=inline", "inline"}:
+            argv += ["--build-arg", "BUILDKIT_INLINE_CACHE=1"]
+        else:
+            raise ConfigError(
+                f"--cache-to {ref} needs docker buildx", hint="without buildx only --cache-to type=inline works"
+            )
+    argv.append(str(spec.context))
+    return argv
+
+
+_STEP = re.compile(r"^#(\d+) \[([^\]]+)\] (.*)$")
+_CACHED = re.compile(r"^#(\d+) CACHED$")
+_ERROR = re.compile(r"^#(\d+) ERROR: (.*)$")
+
+
+@dataclass
+class LogSummary:
+    """What the plain BuildKit progress tells: steps, cached steps and the failing step."""
+
+    steps: dict[str, str] = field(default_factory=dict)
+    cached: set[str] = field(default_factory=set)
+    failed: str | None = None
+    failed_id: str | None = None
+
+    def feed(self, line: str) -> None:
+        if match := _STEP.match(line):
+            self.steps.setdefault(match.group(1), f"[{match.group(2)}] {match.group(3)}")
+        elif match := _CACHED.match(line):
+            self.cached.add(match.group(1))
+        elif (match := _ERROR.match(line)) and self.failed is None:
+            self.failed_id = match.group(1)
+            self.failed = self.steps.get(match.group(1), f"step #{match.group(1)}")
+
+    @property
+    def build_steps(self) -> list[str]:
+        """Dockerfile steps only (`[stage n/m] ...`), not context transfers or metadata loads."""
+        return [sid for sid, text in self.steps.items() if re.match(r"^\[[^\]]* ?\d+/\d+\]", text)]
+
+
+def stage_wheels(wheels: Iterable[Path], dest: Path) -> list[Path]:
+    """Hardlink (else copy) wheels into the build context, keeping mtime so the cache key holds."""
+    dest.mkdir(parents=True, exist_ok=True)
+    staged = []
+    for wheel in wheels:
+        target = dest / wheel.name
+        if target.exists() and target.stat().st_size == wheel.stat().st_size:
+            staged.append(target)
+            continue
+        tmp = dest / f".{wheel.name}.tmp"
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(wheel, tmp)
+        except OSError:
+            shutil.copy2(wheel, tmp)
+        os.replace(tmp, target)
+        staged.append(target)
+    return staged
+
+
+def prepare(spec: BuildSpec) -> None:
+    """The side effects before a build: write a non-default render, stage wheels."""
+    if spec.render_dir is not None:
+        spec.render_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in spec.rendered_files.items():
+            atomic_write(spec.render_dir / name, text)
+    if spec.wheels:
+        stage_wheels(spec.wheels, spec.context / "build" / "wheelhouse")
+
+
+def run_build(
+    spec: BuildSpec,
+    engine: Engine,
+    secrets: Secrets,
+    on_line: Callable[[str, str], None] | None = None,
+) -> TargetResult:
+    """Build one target, writing its own log; a failure is a result, not an exception."""
+    argv = command(spec, engine)
+    prepare(spec)
+    spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+    spec.iidfile.unlink(missing_ok=True)
+    summary = LogSummary()
+    tail: list[str] = []
+    started = time.monotonic()
+    with open(spec.log_path, "w", encoding="utf-8") as log:
+        log.write("$ " + " ".join(argv) + "\n")
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            env={**os.environ, **engine.env},
+            cwd=spec.context,
+        )
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = secrets.scrub(raw.rstrip("\n"))
+            log.write(line + "\n")
+            summary.feed(line)
+            tail = (tail + [line])[-LOG_TAIL_LINES:]
+            if on_line:
+                on_line(spec.target, line)
+        returncode = proc.wait()
+    duration = round(time.monotonic() - started, 3)
+    ok = returncode == 0 and spec.iidfile.is_file()
+    image_id = spec.iidfile.read_text().strip() if ok else None
+    failed = None if ok else (summary.failed or f"docker build exited {returncode}")
+    steps = summary.build_steps
+    return TargetResult(
+        target=spec.target,
+        ok=ok,
+        image_id=image_id,
+        tags=spec.tags if ok else [],
+        duration_s=duration,
+        cached_steps=len([sid for sid in steps if sid in summary.cached]),
+        total_steps=len(steps),
+        failed_step=failed,
+        log_tail=[] if ok else tail,
+        log=str(spec.log_path),
+        dockerfile=str(spec.dockerfile),
+        command=[secrets.scrub(arg) for arg in argv],
+    )
+
+
+def run_builds(
+    specs: list[BuildSpec],
+    engine: Engine,
+    secrets: Secrets,
+    jobs: int = 1,
+    on_line: Callable[[str, str], None] | None = None,
+    on_done: Callable[[TargetResult], None] | None = None,
+) -> list[TargetResult]:
+    """Build in parallel (bounded by jobs); every target gets a result even when others fail."""
+
+    def one(spec: BuildSpec) -> TargetResult:
+        try:
+            result = run_build(spec, engine, secrets, on_line)
+        except OSError as exc:  # e.g. the client vanished: still a per-target failure
+            result = TargetResult(
+                spec.target, False, None, [], 0.0, 0, 0, f"could not run the build: {exc}", [], str(spec.log_path),
+                str(spec.dockerfile), [],
+            )
+        if on_done:
+            on_done(result)
+        return result
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(one, specs))
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write via a temp file and rename, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_report(path: Path, engine: Engine, results: list[TargetResult]) -> None:
+    report = {
+        "schema_version": 1,
+        "engine": engine.describe(),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "ok": all(result.ok for result in results),
+        "targets": [asdict(result) for result in results],
+    }
+    atomic_write(path, json.dumps(report, indent=2) + "\n")
+
+
+def raise_on_failure(results: list[TargetResult], report: Path) -> None:
+    failed = [result for result in results if not result.ok]
+    if failed:
+        names = "; ".join(f"{r.target}: failed at {r.failed_step}" for r in failed)
+        raise BuildFailed(f"{len(failed)} of {len(results)} target(s) failed: {names}", hint=f"report: {report}")

@@ -1,0 +1,463 @@
+"""TunableOp results files: parse, decode, check validators, merge.
+
+Pure logic (no engine, no torch), because users lose tuned GEMMs to validator mismatches and per-device
+files, and both can be found and fixed from the file alone. The format is what torch reads
+(aten/src/ATen/cuda/tunable/Tunable.cpp): `Validator,KEY,VALUE` lines, then
+`OpName,Params,Solution[,avg_ms]`. torch rejects the whole file unless its validator keys equal the ones it
+registers and every value is equal, so `check_validators` compares exactly that.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from imagebuild.errors import CheckFailed, ConfigError
+
+# Validators torch has written. ROCm: PT_VERSION, ROCM_VERSION (older) or HIP_VERSION (newer),
+# HIPBLASLT_VERSION, ROCBLAS_VERSION, GCN_ARCH_NAME. CUDA: PT_VERSION only.
+KNOWN_VALIDATORS = (
+    "PT_VERSION",
+    "ROCM_VERSION",
+    "HIP_VERSION",
+    "HIPBLASLT_VERSION",
+    "ROCBLAS_VERSION",
+    "GCN_ARCH_NAME",
+)
+MANDATORY_VALIDATOR = "PT_VERSION"
+
+# GemmTunableOp_Half_TN, GemmStridedBatchedTunableOp_float_NT, ScaledGemmTunableOp_Float8_e4m3fn_..._TN
+_OP_RE = re.compile(r"^(?P<family>[A-Za-z]+TunableOp)_(?P<dtype>.+)_(?P<layout>[NT]{2})$")
+# tn_M_N_K[_B_batch][_ld_lda_ldb_ldc][_rw_0|1][_bias_DTYPE]  (BLAS column-major m, n, k)
+_PARAMS_RE = re.compile(
+    r"^(?P<ta>[nNtT])(?P<tb>[nNtT])_(?P<m>\d+)_(?P<n>\d+)_(?P<k>\d+)"
+    r"(?:_B_(?P<batch>\d+))?"
+    r"(?:_ld_(?P<lda>\d+)_(?P<ldb>\d+)_(?P<ldc>\d+))?"
+    r"(?:_rw_(?P<rowwise>[01]))?"
+    r"(?:_bias_(?P<bias>[A-Za-z0-9_:<>]+))?$"
+)
+_TORCH_VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
+
+
+class MalformedFile(ConfigError):
+    """A results file torch would misread; exit 2 naming the file and line."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A GEMM in linear-layer terms: `F.linear(x[tokens, in], W[out, in])` is BLAS m=out, n=tokens, k=in."""
+
+    layout: str
+    tokens: int
+    in_features: int
+    out_features: int
+    batch: int | None = None
+    ld: tuple[int, int, int] | None = None
+    rowwise: bool | None = None
+    bias: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "layout": self.layout,
+            "tokens": self.tokens,
+            "in_features": self.in_features,
+            "out_features": self.out_features,
+            "batch": self.batch,
+            "ld": list(self.ld) if self.ld else None,
+            "rowwise": self.rowwise,
+            "bias": self.bias,
+        }
+
+
+@dataclass(frozen=True)
+class Row:
+    """One tuned result: op and params identify it, solution and time are what tuning chose."""
+
+    op: str
+    params: str
+    solution: str
+    time_text: str | None
+    line: int
+    family: str
+    dtype: str
+    shape: Shape
+
+    @property
+    def time_ms(self) -> float | None:
+        return float(self.time_text) if self.time_text is not None else None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.op, self.params)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "line": self.line,
+            "op": self.op,
+            "family": self.family,
+            "dtype": self.dtype,
+            "params": self.params,
+            "shape": self.shape.as_dict(),
+            "solution": self.solution,
+            "time_ms": self.time_ms,
+        }
+
+
+@dataclass
+class ResultsFile:
+    """A parsed file: validators in file order, rows in file order."""
+
+    source: str
+    validators: dict[str, str] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "file": self.source,
+            "validators": dict(self.validators),
+            "rows": [r.as_dict() for r in self.rows],
+        }
+
+
+def decode_params(params: str) -> Shape | None:
+    """Decode params (`tn_8192_7_28672`, or newer with `_ld_...`); None when not a GEMM signature."""
+    m = _PARAMS_RE.match(params)
+    if not m:
+        return None
+    ld = (int(m["lda"]), int(m["ldb"]), int(m["ldc"])) if m["lda"] else None
+    return Shape(
+        layout=(m["ta"] + m["tb"]).lower(),
+        tokens=int(m["n"]),
+        in_features=int(m["k"]),
+        out_features=int(m["m"]),
+        batch=int(m["batch"]) if m["batch"] else None,
+        ld=ld,
+        rowwise=(m["rowwise"] == "1") if m["rowwise"] is not None else None,
+        bias=m["bias"],
+    )
+
+
+def _fail(source: str, line: int, why: str) -> MalformedFile:
+    return MalformedFile(f"{source}:{line}: {why}")
+
+
+def parse_text(text: str, source: str = "<text>") -> ResultsFile:
+    """Parse a results file strictly; raise MalformedFile naming the first bad line."""
+    out = ResultsFile(source=source)
+    seen_rows: set[tuple[str, str]] = set()
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.rstrip("\r")
+        if not line.strip():
+            continue
+        parts = line.split(",")
+        if parts[0] == "Validator":
+            if len(parts) != 3 or not parts[1] or not parts[2]:
+                raise _fail(source, lineno, f"expected 'Validator,KEY,VALUE', got {line!r}")
+            key, value = parts[1], parts[2]
+            if key in out.validators and out.validators[key] != value:
+                raise _fail(source, lineno, f"validator {key} given twice with different values")
+            out.validators[key] = value
+            continue
+        if len(parts) not in (3, 4):
+            raise _fail(
+                source, lineno, f"expected 'OpName,Params,Solution[,avg_ms]' (3 or 4 fields), got {line!r}"
+            )
+        op, params, solution = parts[0], parts[1], parts[2]
+        op_m = _OP_RE.match(op)
+        if not op_m:
+            raise _fail(source, lineno, f"unknown op name {op!r} (expected e.g. GemmTunableOp_Half_TN)")
+        shape = decode_params(params)
+        if shape is None:
+            raise _fail(source, lineno, f"cannot decode params {params!r} (expected e.g. tn_8192_7_28672)")
+        if shape.layout != op_m["layout"].lower():
+            raise _fail(
+                source, lineno, f"params layout {shape.layout!r} differs from op layout {op_m['layout']!r}"
+            )
+        if not solution:
+            raise _fail(source, lineno, "empty solution")
+        time_text: str | None = None
+        if len(parts) == 4:
+            time_text = parts[3].strip()
+            try:
+                t = float(time_text)
+            except ValueError:
+                raise _fail(source, lineno, f"time {parts[3]!r} is not a number") from None
+            if not math.isfinite(t) or t < 0:
+                raise _fail(source, lineno, f"time {parts[3]!r} is not a finite non-negative number")
+        if (op, params) in seen_rows:
+            raise _fail(source, lineno, f"{op},{params} appears twice (torch keeps only the first)")
+        seen_rows.add((op, params))
+        out.rows.append(
+            Row(
+                op=op,
+                params=params,
+                solution=solution,
+                time_text=time_text,
+                line=lineno,
+                family=op_m["family"],
+                dtype=op_m["dtype"],
+                shape=shape,
+            )
+        )
+    if MANDATORY_VALIDATOR not in out.validators:
+        raise MalformedFile(
+            f"{source}: no 'Validator,{MANDATORY_VALIDATOR},...' line (torch rejects such a file)"
+        )
+    return out
+
+
+def load(path: Path | str) -> ResultsFile:
+    """Read and parse one file; a missing or unreadable file is a usage error (exit 2)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: cannot read: {exc}") from None
+    return parse_text(text, source=str(p))
+
+
+def render(results: ResultsFile) -> str:
+    """The file as torch writes it: validators first, then one line per result."""
+    lines = [f"Validator,{k},{v}" for k, v in results.validators.items()]
+    for r in results.rows:
+        fields = [r.op, r.params, r.solution] + ([r.time_text] if r.time_text is not None else [])
+        lines.append(",".join(fields))
+    return "\n".join(lines) + "\n"
+
+
+def write_atomic(path: Path | str, text: str) -> None:
+    """Write via a temp file in the same folder and rename, so no reader ever sees half a file."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# ----------------------------------------------------------------------------------------------------
+# check
+
+
+def pt_version_of(torch_version: str) -> str | None:
+    """PT_VERSION as torch writes it: TORCH_VERSION is MAJOR.MINOR.PATCH, without `+cu130` or `.dev...`."""
+    m = _TORCH_VERSION_RE.match(torch_version.strip())
+    return ".".join(m.groups()) if m else None
+
+
+def parse_expectations(items: Sequence[str]) -> dict[str, str]:
+    """`KEY=VALUE` strings into a dict; unknown keys are a usage error with the closest known key."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key or not value:
+            raise ConfigError(f"--expect {item!r}: expected KEY=VALUE")
+        if key not in KNOWN_VALIDATORS:
+            close = difflib.get_close_matches(key.upper(), KNOWN_VALIDATORS, n=1)
+            hint = f"Perhaps you meant {close[0]}?" if close else f"known: {', '.join(KNOWN_VALIDATORS)}"
+            raise ConfigError(f"--expect {item!r}: unknown validator {key!r}", hint=hint)
+        if key in out and out[key] != value:
+            raise ConfigError(f"--expect {key} given twice with different values")
+        if key == "PT_VERSION":
+            # torch compares against TORCH_VERSION, which never carries a local suffix.
+            value = pt_version_of(value) or value
+        out[key] = value
+    return out
+
+
+@dataclass
+class Expected:
+    """What the consumer (an image's torch, or the user) says the validators must be.
+
+    complete: the whole key set is known, so keys in the file but not here would be rejected too.
+    undetermined: keys whose value could not be found out (no GPU); reported, never passed silently.
+    """
+
+    values: dict[str, str]
+    complete: bool
+    source: str
+    undetermined: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CheckReport:
+    file: str
+    source: str
+    mismatched: list[tuple[str, str, str]] = field(default_factory=list)  # key, in file, expected
+    missing: list[tuple[str, str]] = field(default_factory=list)  # key expected (with its value), not in file
+    extra: list[str] = field(default_factory=list)  # in file, the consumer registers no such key
+    undetermined: list[str] = field(default_factory=list)
+    matched: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.mismatched or self.missing or self.extra or self.undetermined)
+
+    def problems(self) -> list[str]:
+        """One line per key that makes torch reject (or may make it reject) the file."""
+        out = []
+        for key, have, want in self.mismatched:
+            line = f"{key}: file has {have!r}, expected {want!r}"
+            if key == "GCN_ARCH_NAME" and have.split(":")[0] == want.split(":")[0]:
+                line += " (same gfx arch, different features: torch compares the full target ID)"
+            out.append(line)
+        out += [f"{key}: missing from the file (expected {want!r})" for key, want in self.missing]
+        out += [f"{key}: in the file but not registered by the consumer's torch" for key in self.extra]
+        out += [f"{key}: could not be determined from {self.source}" for key in self.undetermined]
+        return out
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "file": self.file,
+            "against": self.source,
+            "ok": self.ok,
+            "matched": self.matched,
+            "mismatched": [{"key": k, "file": a, "expected": b} for k, a, b in self.mismatched],
+            "missing": [{"key": k, "expected": v} for k, v in self.missing],
+            "extra": self.extra,
+            "undetermined": self.undetermined,
+            "notes": self.notes,
+        }
+
+
+def check_validators(results: ResultsFile, expected: Expected) -> CheckReport:
+    """Compare like torch's ValidateAll: same key set (when known) and equal values; every problem listed."""
+    rep = CheckReport(file=results.source, source=expected.source, notes=list(expected.notes))
+    have = results.validators
+    for key, want in expected.values.items():
+        if key not in have:
+            rep.missing.append((key, want))
+        elif have[key] != want:
+            rep.mismatched.append((key, have[key], want))
+        else:
+            rep.matched.append(key)
+    for key in have:
+        if key in expected.values:
+            continue
+        if key in expected.undetermined:
+            rep.undetermined.append(key)
+        elif expected.complete:
+            rep.extra.append(key)
+        else:
+            rep.undetermined.append(key)
+    for key in expected.undetermined:
+        if key not in have and key not in rep.undetermined:
+            rep.undetermined.append(key)
+    return rep
+
+
+# ----------------------------------------------------------------------------------------------------
+# merge
+
+
+def _faster(a: Row, b: Row) -> Row:
+    """The faster of two results for one op and params; a row without a measured time (none, or 0) loses."""
+    ta, tb = a.time_ms, b.time_ms
+    if not tb:
+        return a
+    if not ta:
+        return b
+    return b if tb < ta else a
+
+
+def merge(files: Sequence[ResultsFile]) -> ResultsFile:
+    """Per-device files into one; differing validators are a CheckFailed naming the files and keys."""
+    if not files:
+        raise ConfigError("merge needs at least one file")
+    first = files[0]
+    for other in files[1:]:
+        if other.validators != first.validators:
+            keys = sorted(
+                k
+                for k in set(first.validators) | set(other.validators)
+                if first.validators.get(k) != other.validators.get(k)
+            )
+            detail = "; ".join(
+                f"{k}: {first.validators.get(k, '<absent>')!r} vs {other.validators.get(k, '<absent>')!r}"
+                for k in keys
+            )
+            raise CheckFailed(f"validators differ between {first.source} and {other.source}: {detail}")
+    best: dict[tuple[str, str], Row] = {}
+    for f in files:
+        for row in f.rows:
+            best[row.key] = _faster(best[row.key], row) if row.key in best else row
+    return ResultsFile(source="<merged>", validators=dict(first.validators), rows=list(best.values()))
+
+
+# ----------------------------------------------------------------------------------------------------
+# shapes for tuning
+
+
+_DTYPES = {
+    "half": "float16",
+    "float16": "float16",
+    "fp16": "float16",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float": "float32",
+    "float32": "float32",
+    "fp32": "float32",
+}
+
+
+def parse_shapes(text: str, source: str = "<shapes>") -> list[dict[str, object]]:
+    """A shapes file: a linear layer a line, `out=8192 in=28672 tokens=1,2,4,7 [dtype=half]`, `#` comments.
+
+    Linear terms, not BLAS m/n/k, because users know their model's layer sizes and batch sizes.
+    """
+    gemms: list[dict[str, object]] = []
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        fields: dict[str, str] = {}
+        for tok in line.split():
+            k, sep, v = tok.partition("=")
+            if not sep or k not in ("out", "in", "tokens", "dtype") or k in fields:
+                raise MalformedFile(
+                    f"{source}:{lineno}: bad field {tok!r} (expected out=N in=K tokens=M[,M...] [dtype=half])"
+                )
+            fields[k] = v
+        for req in ("out", "in", "tokens"):
+            if req not in fields:
+                raise MalformedFile(f"{source}:{lineno}: missing {req}=")
+        dtype = _DTYPES.get(fields.get("dtype", "half").lower())
+        if dtype is None:
+            raise MalformedFile(
+                f"{source}:{lineno}: unknown dtype {fields['dtype']!r} ({', '.join(sorted(_DTYPES))})"
+            )
+        try:
+            out_f, in_f = int(fields["out"]), int(fields["in"])
+            tokens = [int(t) for t in fields["tokens"].split(",") if t]
+        except ValueError:
+            raise MalformedFile(f"{source}:{lineno}: sizes must be integers") from None
+        if out_f <= 0 or in_f <= 0 or not tokens or min(tokens) <= 0:
+            raise MalformedFile(f"{source}:{lineno}: sizes must be positive")
+        for m in tokens:
+            gemms.append({"tokens": m, "in_features": in_f, "out_features": out_f, "dtype": dtype})
+    if not gemms:
+        raise MalformedFile(f"{source}: no shapes")
+    return gemms
+
+
+def shapes_json(gemms: Iterable[Mapping[str, object]]) -> str:
+    """The JSON the in-image tuning script reads (stdlib json there, so no imagebuild import in the image)."""
+    return json.dumps({"schema_version": 1, "gemms": list(gemms)}, indent=1) + "\n"
