@@ -179,6 +179,7 @@ def parse_list(spec: str | Iterable[str]) -> list[GpuTarget]:
 
 # --- fan-out: one resolved list -> every variable the stages read -------------------------------------
 
+
 def _amd_full(targets: list[GpuTarget]) -> str:
     return ";".join(t.id for t in targets)
 
@@ -220,6 +221,7 @@ def fan_out(vendor: Vendor | None, targets: list[GpuTarget]) -> dict[str, str]:
 
 
 # --- resolution ---------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ArchSupport:

@@ -15,6 +15,11 @@ COMMAND_MODULES = [
     "matrix",
     "arches",
     "render",
+    "tunableop",
+    "build",
+    "bake",
+    "smoke",
+    "publish",
 ]
 
 
@@ -50,3 +55,7 @@ def main(ctx: click.Context, matrix_path: Path, debug: bool) -> None:
 
 for _name in COMMAND_MODULES:
     main.add_command(importlib.import_module(f"imagebuild.commands.{_name}").command)
+
+
+if __name__ == "__main__":
+    main()

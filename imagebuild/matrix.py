@@ -10,6 +10,8 @@ import difflib
 import hashlib
 import itertools
 import re
+import types
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -272,37 +274,33 @@ def _located_error(file: Path, mark: yaml.Mark | None, path: KeyPath, message: s
 
 def _fields_at(path: KeyPath) -> list[str]:
     """The valid key names of the model at a key path, for "did you mean" suggestions."""
-    model: Any = MatrixModel
+    current: Any = MatrixModel
     for part in path:
-        if isinstance(model, type) and issubclass(model, BaseModel):
-            info = model.model_fields.get(str(part))
+        current = _model_in(current)
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            info = current.model_fields.get(str(part))
             if info is None:
                 return []
-            model = info.annotation
+            current = info.annotation
+        elif typing.get_origin(current) in (list, dict):
+            current = typing.get_args(current)[-1]
         else:
-            model = None
-        model = _unwrap(model, part)
-    if isinstance(model, type) and issubclass(model, BaseModel):
-        return list(model.model_fields)
-    return []
+            return []
+    current = _model_in(current)
+    return list(current.model_fields) if isinstance(current, type) and issubclass(current, BaseModel) else []
 
 
-def _unwrap(annotation: Any, part: str | int) -> Any:
-    """Follow list[...] / dict[..., X] / X | None to the model a deeper key path lands in."""
-    args = getattr(annotation, "__args__", ())
-    origin = getattr(annotation, "__origin__", None)
-    if origin in (list, dict) and args:
-        return args[-1]
-    for arg in args:
-        if isinstance(arg, type) and issubclass(arg, BaseModel):
-            return arg
+def _model_in(annotation: Any) -> Any:
+    """`X | None` -> X when X is a model; anything else unchanged."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                return arg
     return annotation
 
 
 def _describe_validation(exc: ValidationError, pos: _Positions, file: Path) -> ConfigError:
     messages: list[str] = []
-    first_mark: yaml.Mark | None = None
-    first_path: KeyPath = ()
     for error in exc.errors(include_url=False):
         path: KeyPath = tuple(p for p in error["loc"] if isinstance(p, str | int))
         kind = error["type"]
@@ -310,7 +308,11 @@ def _describe_validation(exc: ValidationError, pos: _Positions, file: Path) -> C
             parent, key = path[:-1], str(path[-1])
             valid = _fields_at(parent)
             close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
-            hint = f"; did you mean '{close[0]}'?" if close else (f"; expected one of: {', '.join(valid)}" if valid else "")
+            hint = (
+                f"; did you mean '{close[0]}'?"
+                if close
+                else (f"; expected one of: {', '.join(valid)}" if valid else "")
+            )
             message = f"unknown key '{key}'{hint}"
             mark = pos.find(path, prefer_key=True)
         elif kind == "missing":
@@ -327,8 +329,6 @@ def _describe_validation(exc: ValidationError, pos: _Positions, file: Path) -> C
             reason = error["msg"].removeprefix("Value error, ")
             message = f"{reason} (got {error.get('input')!r})" if kind != "value_error" else reason
             mark = pos.find(path)
-        if first_mark is None:
-            first_mark, first_path = mark, path
         where = f"{file}:{mark.line + 1}:{mark.column + 1}: " if mark else ""
         messages.append(f"{where}{format_path(path)}: {message}")
     extra = f" (and {len(messages) - 1} more: {'; '.join(messages[1:3])})" if len(messages) > 1 else ""
@@ -336,6 +336,7 @@ def _describe_validation(exc: ValidationError, pos: _Positions, file: Path) -> C
 
 
 # --- expansion ----------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Target:
@@ -356,7 +357,9 @@ class Target:
 
     def arch_supports(self) -> list[arches.ArchSupport]:
         """The torch build and every component, as the arch resolver sees them."""
-        supports = [arches.ArchSupport("pytorch", tuple(self.torch_build.supported), tuple(self.torch_build.experimental))]
+        supports = [
+            arches.ArchSupport("pytorch", tuple(self.torch_build.supported), tuple(self.torch_build.experimental))
+        ]
         for name, component in self.components:
             supports.append(
                 arches.ArchSupport(name, tuple(component.supported), tuple(component.experimental), component.optional)
@@ -422,10 +425,17 @@ class Matrix:
                     found.append(Unpinned(where, f"source {build.source.describe()} has no commit"))
                 for i, patch in enumerate(build.patches):
                     if not patch.pinned:
-                        found.append(Unpinned(f"{where}.patches[{i}]", f"patch {patch.name} ({patch.describe()}) has no commit or sha256"))
+                        found.append(
+                            Unpinned(
+                                f"{where}.patches[{i}]",
+                                f"patch {patch.name} ({patch.describe()}) has no commit or sha256",
+                            )
+                        )
         for name, component in m.components.items():
             if not component.source.pinned:
-                found.append(Unpinned(f"components.{name}", f"source {component.source.describe()} has no commit or sha256"))
+                found.append(
+                    Unpinned(f"components.{name}", f"source {component.source.describe()} has no commit or sha256")
+                )
         for name, runtime in m.runtimes.items():
             if not runtime.source.pinned:
                 found.append(Unpinned(f"runtimes.{name}", f"source {runtime.source.describe()} has no commit"))
@@ -462,14 +472,19 @@ def _check_references(model: MatrixModel, pos: _Positions, file: Path) -> list[T
                 covered = {arches.parse_target(a).processor for a in build.attention}
                 missing = sorted(set(build.supported + build.experimental) - covered)
                 if missing:
-                    raise fail(("torch", key, "builds", kind, "attention"), f"no attention backends listed for {', '.join(missing)}")
+                    raise fail(
+                        ("torch", key, "builds", kind, "attention"),
+                        f"no attention backends listed for {', '.join(missing)}",
+                    )
             for var_index, var in enumerate(build.arch_vars):
                 if arches.ARCH_VARIABLES[var][0] != arches.PLATFORM_VENDOR[kind]:
                     raise fail(("torch", key, "builds", kind, "arch_vars", var_index), f"{var} is not read on {kind}")
     for name, component in model.components.items():
         both = set(component.supported) & set(component.experimental)
         if both:
-            raise fail(("components", name, "experimental"), f"{', '.join(sorted(both))} listed as supported and experimental")
+            raise fail(
+                ("components", name, "experimental"), f"{', '.join(sorted(both))} listed as supported and experimental"
+            )
 
     targets: list[Target] = []
     seen: dict[str, KeyPath] = {}
@@ -477,13 +492,23 @@ def _check_references(model: MatrixModel, pos: _Positions, file: Path) -> list[T
         gpath: KeyPath = ("targets", g)
         for i, platform_name in enumerate(group.axes.platform):
             if platform_name not in model.platforms:
-                raise fail((*gpath, "axes", "platform", i), f"unknown platform '{platform_name}'", list(model.platforms), platform_name)
+                raise fail(
+                    (*gpath, "axes", "platform", i),
+                    f"unknown platform '{platform_name}'",
+                    list(model.platforms),
+                    platform_name,
+                )
         for i, torch_key in enumerate(group.axes.torch):
             if torch_key not in model.torch:
                 raise fail((*gpath, "axes", "torch", i), f"unknown torch '{torch_key}'", list(model.torch), torch_key)
         for i, component_name in enumerate(group.components):
             if component_name not in model.components:
-                raise fail((*gpath, "components", i), f"unknown component '{component_name}'", list(model.components), component_name)
+                raise fail(
+                    (*gpath, "components", i),
+                    f"unknown component '{component_name}'",
+                    list(model.components),
+                    component_name,
+                )
         if group.runtime is not None and group.runtime not in model.runtimes:
             raise fail((*gpath, "runtime"), f"unknown runtime '{group.runtime}'", list(model.runtimes), group.runtime)
         combos = [Combo(platform=p, torch=t) for p, t in itertools.product(group.axes.platform, group.axes.torch)]
@@ -491,7 +516,9 @@ def _check_references(model: MatrixModel, pos: _Positions, file: Path) -> list[T
             if extra.platform is None or extra.torch is None:
                 raise fail((*gpath, "include", i), "an include entry needs both platform and torch")
             if extra.platform not in model.platforms or extra.torch not in model.torch:
-                raise fail((*gpath, "include", i), f"unknown platform or torch in include ({extra.platform}, {extra.torch})")
+                raise fail(
+                    (*gpath, "include", i), f"unknown platform or torch in include ({extra.platform}, {extra.torch})"
+                )
             combos.append(extra)
         for i, rule in enumerate(group.exclude):
             if not any(_matches(rule, c) for c in combos):
@@ -516,7 +543,9 @@ def _check_references(model: MatrixModel, pos: _Positions, file: Path) -> list[T
             if name in seen:
                 raise fail((*gpath, "name"), f"target name '{name}' repeats the one of {format_path(seen[name])}")
             seen[name] = gpath
-            chosen = [(c, model.components[c]) for c in group.components if platform.kind in model.components[c].platforms]
+            chosen = [
+                (c, model.components[c]) for c in group.components if platform.kind in model.components[c].platforms
+            ]
             skipped = tuple(c for c in group.components if platform.kind not in model.components[c].platforms)
             runtime = model.runtimes[group.runtime] if group.runtime else None
             targets.append(
@@ -544,7 +573,9 @@ def _check_references(model: MatrixModel, pos: _Positions, file: Path) -> list[T
 
 
 def _matches(rule: Combo, combo: Combo) -> bool:
-    return (rule.platform is None or rule.platform == combo.platform) and (rule.torch is None or rule.torch == combo.torch)
+    return (rule.platform is None or rule.platform == combo.platform) and (
+        rule.torch is None or rule.torch == combo.torch
+    )
 
 
 def load_text(text: str, path: Path) -> Matrix:
@@ -577,7 +608,9 @@ def load_matrix(path: Path) -> Matrix:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no such matrix file", hint="pass --matrix PATH or run from the repository root") from None
+        raise ConfigError(
+            f"{path}: no such matrix file", hint="pass --matrix PATH or run from the repository root"
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the matrix: {exc}") from None
     return load_text(text, path)
@@ -586,4 +619,3 @@ def load_matrix(path: Path) -> Matrix:
 def json_schema() -> dict[str, Any]:
     """The JSON Schema of matrix.yaml (the committed copy is schema/matrix.schema.json)."""
     return MatrixModel.model_json_schema()
-

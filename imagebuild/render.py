@@ -122,7 +122,11 @@ def manifest(target: Target, resolution: Resolution) -> dict[str, Any]:
         "components": components,
         "attention_backends": attention,
         "runtime": (
-            {"name": target.runtime_name, "entrypoint": target.runtime.entrypoint, "source": _source(target.runtime.source)}
+            {
+                "name": target.runtime_name,
+                "entrypoint": target.runtime.entrypoint,
+                "source": _source(target.runtime.source),
+            }
             if target.runtime
             else None
         ),
@@ -168,9 +172,7 @@ def _context(target: Target, resolution: Resolution, manifest_path: str, command
         if name in included
     ]
     notes = [
-        f"{name}: {plan.reason}"
-        for name, plan in resolution.components.items()
-        if not plan.included and plan.reason
+        f"{name}: {plan.reason}" for name, plan in resolution.components.items() if not plan.included and plan.reason
     ]
     if resolution.experimental:
         notes.append("experimental arches: " + ", ".join(t.id for t in resolution.experimental))
@@ -242,9 +244,7 @@ def render_target(
             command += " --allow-experimental"
     env = environment(repo_root(matrix) / "dockerfiles" / "templates")
     try:
-        dockerfile = env.get_template("Dockerfile.j2").render(
-            **_context(target, resolution, manifest_path, command)
-        )
+        dockerfile = env.get_template("Dockerfile.j2").render(**_context(target, resolution, manifest_path, command))
     except jinja2.TemplateError as exc:
         raise ConfigError(f"template error while rendering {target.name}: {exc}") from None
     manifest_text = json.dumps(manifest(target, resolution), indent=2, sort_keys=True) + "\n"

@@ -16,8 +16,9 @@ from imagebuild.render import _context
 @click.option("--allow-experimental", is_flag=True, help="Accept arches a component marks experimental.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
-def command(ctx: click.Context, targets: tuple[str, ...], arch_arg: str | None, allow_experimental: bool,
-            as_json: bool) -> None:
+def command(
+    ctx: click.Context, targets: tuple[str, ...], arch_arg: str | None, allow_experimental: bool, as_json: bool
+) -> None:
     """Resolve GPU arches (--arch > PYTORCH_ROCM_ARCH / TORCH_CUDA_ARCH_LIST > matrix) per component."""
     matrix = matrix_from(ctx)
     results = []
@@ -29,7 +30,7 @@ def command(ctx: click.Context, targets: tuple[str, ...], arch_arg: str | None, 
         for component in context["components"]:
             stages[component["stage"]] = dict(resolution.env)
         if target.runtime:
-            stages["runtime-server"] = {}
+            stages["runtime-server"] = dict(resolution.env)
         stages["final"] = dict(resolution.env)
         data["stages"] = stages
         results.append(data)

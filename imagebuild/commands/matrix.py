@@ -46,8 +46,10 @@ def list_targets(ctx: click.Context, as_json: bool) -> None:
         return
     for s in summaries:
         arches = s["arch_list"] or "-"
-        click.echo(f"{s['name']:<20} {s['platform']:<10} torch {s['torch']:<7} arches {arches:<16} "
-                   f"components {', '.join(s['components']) or '-'}  runtime {s['runtime'] or '-'}")
+        click.echo(
+            f"{s['name']:<20} {s['platform']:<10} torch {s['torch']:<7} arches {arches:<16} "
+            f"components {', '.join(s['components']) or '-'}  runtime {s['runtime'] or '-'}"
+        )
 
 
 @command.command(name="schema")

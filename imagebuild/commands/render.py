@@ -14,21 +14,33 @@ from imagebuild.errors import ConfigError
 
 @click.command(name="render")
 @click.argument("targets", nargs=-1)
-@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
-              help="Output directory (default: dockerfiles/ next to the matrix).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Output directory (default: dockerfiles/ next to the matrix).",
+)
 @click.option("--check", is_flag=True, help="Render in memory; exit 1 naming each file that differs.")
 @click.option("--arch", "arch_arg", help="Render for this arch list instead of the matrix default.")
 @click.option("--allow-experimental", is_flag=True, help="Accept experimental arches (with --arch).")
 @click.pass_context
-def command(ctx: click.Context, targets: tuple[str, ...], out_dir: Path | None, check: bool,
-            arch_arg: str | None, allow_experimental: bool) -> None:
+def command(
+    ctx: click.Context,
+    targets: tuple[str, ...],
+    out_dir: Path | None,
+    check: bool,
+    arch_arg: str | None,
+    allow_experimental: bool,
+) -> None:
     """Render dockerfiles/<target>/Dockerfile and manifest.json for each target (all by default)."""
     matrix = matrix_from(ctx)
     selected = matrix.select(targets)
     unpinned = matrix.unpinned()
     if unpinned and matrix.model.settings.require_pins:
-        raise ConfigError(f"{len(unpinned)} unpinned source(s) and settings.require_pins is true: "
-                          + "; ".join(str(u) for u in unpinned))
+        raise ConfigError(
+            f"{len(unpinned)} unpinned source(s) and settings.require_pins is true: "
+            + "; ".join(str(u) for u in unpinned)
+        )
     for item in unpinned:
         warn(f"unpinned: {item}")
     out_dir = out_dir or render.default_out_dir(matrix)
@@ -38,8 +50,12 @@ def command(ctx: click.Context, targets: tuple[str, ...], out_dir: Path | None, 
         return
     if arch_arg:
         rendered = [
-            render.render_target(matrix, t, t.resolve(arch_arg, dict(os.environ), allow_experimental),
-                                 manifest_path=f"{_relative(out_dir, matrix)}/{t.name}/manifest.json")
+            render.render_target(
+                matrix,
+                t,
+                t.resolve(arch_arg, dict(os.environ), allow_experimental),
+                manifest_path=f"{_relative(out_dir, matrix)}/{t.name}/manifest.json",
+            )
             for t in selected
         ]
     else:
