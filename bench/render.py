@@ -1,7 +1,8 @@
 """Time rendering the whole matrix (load + resolve + render every target, in memory). Target: under 0.5 s.
 
 Usage: python bench/render.py [--repeat N] [--json-out bench/results/render.json]
-Reported: cold (first render in a fresh process, imports excluded) and warm medians, against the target,\nand the whole `imagebuild render --check` process (interpreter start and imports included).
+Reported: cold (first render in a fresh process, imports excluded) and warm medians, against the target,
+and the whole `imagebuild render --check` process (interpreter start and imports included).
 """
 
 from __future__ import annotations

@@ -24,7 +24,19 @@ COMMAND_MODULES = [
 
 
 class ErrorMappingGroup(click.Group):
-    """Turns ImagebuildError into one `error: ...` line and its exit code; tracebacks only with --debug."""
+    """Turns ImagebuildError into one `error: ...` line and its exit code; tracebacks only with --debug.
+
+    Commands are imported when used (the name of a command is the name of its module), so a quick
+    `render --check` does not pay for the docker SDK and friends.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMAND_MODULES)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMAND_MODULES:
+            return None
+        return importlib.import_module(f"imagebuild.commands.{cmd_name}").command
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:
@@ -51,10 +63,6 @@ class ErrorMappingGroup(click.Group):
 def main(ctx: click.Context, matrix_path: Path, debug: bool) -> None:
     """Build GPU serving images from matrix.yaml, smoke them on GPUs, publish them."""
     ctx.obj = {"matrix_path": matrix_path, "debug": debug}
-
-
-for _name in COMMAND_MODULES:
-    main.add_command(importlib.import_module(f"imagebuild.commands.{_name}").command)
 
 
 if __name__ == "__main__":
