@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# README command 2, and what CI runs (.ci/run): set the machine up, lint, check rendered files, run all tests.
+# Engine-backed tests fail (never skip) here when no engine answers: IMAGEBUILD_REQUIRE_ENGINE=1.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+bash scripts/setup.sh
+export IMAGEBUILD_REQUIRE_ENGINE=1
+
+echo "== lint"
+ruff check .
+ruff format --check .
+echo "== rendered Dockerfiles up to date"
+imagebuild render --check
+if [ -f .github/workflows/images.yml ]; then
+    echo "== workflow schema"
+    check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/images.yml
+fi
+echo "== tests"
+python3 -m pytest -q -ra "$@"
