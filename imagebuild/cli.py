@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "bake",
     "smoke",
     "publish",
+    "kernels",
 ]
 
 

@@ -166,9 +166,7 @@ def parse_text(text: str, source: str = "<text>") -> ResultsFile:
             out.validators[key] = value
             continue
         if len(parts) not in (3, 4):
-            raise _fail(
-                source, lineno, f"expected 'OpName,Params,Solution[,avg_ms]' (3 or 4 fields), got {line!r}"
-            )
+            raise _fail(source, lineno, f"expected 'OpName,Params,Solution[,avg_ms]' (3 or 4 fields), got {line!r}")
         op, params, solution = parts[0], parts[1], parts[2]
         op_m = _OP_RE.match(op)
         if not op_m:
@@ -177,9 +175,7 @@ def parse_text(text: str, source: str = "<text>") -> ResultsFile:
         if shape is None:
             raise _fail(source, lineno, f"cannot decode params {params!r} (expected e.g. tn_8192_7_28672)")
         if shape.layout != op_m["layout"].lower():
-            raise _fail(
-                source, lineno, f"params layout {shape.layout!r} differs from op layout {op_m['layout']!r}"
-            )
+            raise _fail(source, lineno, f"params layout {shape.layout!r} differs from op layout {op_m['layout']!r}")
         if not solution:
             raise _fail(source, lineno, "empty solution")
         time_text: str | None = None
@@ -207,9 +203,7 @@ def parse_text(text: str, source: str = "<text>") -> ResultsFile:
             )
         )
     if MANDATORY_VALIDATOR not in out.validators:
-        raise MalformedFile(
-            f"{source}: no 'Validator,{MANDATORY_VALIDATOR},...' line (torch rejects such a file)"
-        )
+        raise MalformedFile(f"{source}: no 'Validator,{MANDATORY_VALIDATOR},...' line (torch rejects such a file)")
     return out
 
 
@@ -239,7 +233,10 @@ def write_atomic(path: Path | str, text: str) -> None:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    umask = os.umask(0)
+    os.umask(umask)
     try:
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a results file is read by other users
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
@@ -287,6 +284,7 @@ class Expected:
 
     complete: the whole key set is known, so keys in the file but not here would be rejected too.
     undetermined: keys whose value could not be found out (no GPU); reported, never passed silently.
+    With complete False, file keys neither in values nor undetermined are not judged (--expect names a few).
     """
 
     values: dict[str, str]
@@ -356,8 +354,7 @@ def check_validators(results: ResultsFile, expected: Expected) -> CheckReport:
             rep.undetermined.append(key)
         elif expected.complete:
             rep.extra.append(key)
-        else:
-            rep.undetermined.append(key)
+        # else: the consumer's key set is not known and nobody named this key, so it is not judged
     for key in expected.undetermined:
         if key not in have and key not in rep.undetermined:
             rep.undetermined.append(key)
@@ -391,8 +388,7 @@ def merge(files: Sequence[ResultsFile]) -> ResultsFile:
                 if first.validators.get(k) != other.validators.get(k)
             )
             detail = "; ".join(
-                f"{k}: {first.validators.get(k, '<absent>')!r} vs {other.validators.get(k, '<absent>')!r}"
-                for k in keys
+                f"{k}: {first.validators.get(k, '<absent>')!r} vs {other.validators.get(k, '<absent>')!r}" for k in keys
             )
             raise CheckFailed(f"validators differ between {first.source} and {other.source}: {detail}")
     best: dict[tuple[str, str], Row] = {}
@@ -441,9 +437,7 @@ def parse_shapes(text: str, source: str = "<shapes>") -> list[dict[str, object]]
                 raise MalformedFile(f"{source}:{lineno}: missing {req}=")
         dtype = _DTYPES.get(fields.get("dtype", "half").lower())
         if dtype is None:
-            raise MalformedFile(
-                f"{source}:{lineno}: unknown dtype {fields['dtype']!r} ({', '.join(sorted(_DTYPES))})"
-            )
+            raise MalformedFile(f"{source}:{lineno}: unknown dtype {fields['dtype']!r} ({', '.join(sorted(_DTYPES))})")
         try:
             out_f, in_f = int(fields["out"]), int(fields["in"])
             tokens = [int(t) for t in fields["tokens"].split(",") if t]

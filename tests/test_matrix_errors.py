@@ -6,7 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+
+REPO = Path(__file__).resolve().parents[1]
 
 GOOD = (REPO / "matrix.yaml").read_text()
 

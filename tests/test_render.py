@@ -10,10 +10,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO
 
 from imagebuild import render
 from imagebuild.matrix import json_schema, load_matrix
+
+REPO = Path(__file__).resolve().parents[1]
 
 GOLDEN = REPO / "tests" / "golden"
 TARGETS = ["rocm6.1-torch2.3", "cuda12.1-torch2.3", "local-cpu"]

@@ -179,7 +179,7 @@ RUN --mount=type=bind,from=component-imagebuild-kernels,source=/wheels,target=/t
     && pip install /tmp/wheels/component-imagebuild-kernels/*.whl /tmp/wheels/component-vllm-rocm/*.whl /tmp/wheels/runtime-server/*.whl
 COPY --from=component-imagebuild-kernels /opt/imagebuild/kernels.json /opt/imagebuild/kernels.json
 COPY --from=runtime-build /usr/local/bin/text-generation-launcher /usr/local/bin/text-generation-router /usr/local/bin/
-COPY image/tunableop/entrypoint.sh /opt/imagebuild/bin/tunableop-entrypoint
+COPY image/tunableop/tunableop_entrypoint.py /opt/imagebuild/bin/tunableop-entrypoint
 COPY smoke/ /opt/imagebuild/smoke/
 COPY build/render/x/manifest.json /opt/imagebuild/manifest.json
 VOLUME ["/data"]

@@ -1,0 +1,365 @@
+"""The engine side of TunableOp: ask an image for its validators, tune inside it, bake a derived image.
+
+Results are only valid for the torch, ROCm libraries and GPU arch they were tuned with, so every step runs
+the image itself (through the docker SDK, honouring DOCKER_HOST) rather than trusting the host's torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from imagebuild import tunableop as top
+from imagebuild.errors import BuildFailed, CheckFailed, ConfigError
+
+if TYPE_CHECKING:
+    import docker
+
+BAKED_DIR = "/opt/imagebuild/tunableop"
+MANIFEST_PATH = "/opt/imagebuild/manifest.json"
+SCRIPTS_DIR = Path(__file__).resolve().parents[1] / "image" / "tunableop"
+ROCM_KEYS = ("ROCM_VERSION", "HIP_VERSION", "HIPBLASLT_VERSION", "ROCBLAS_VERSION", "GCN_ARCH_NAME")
+
+# Runs inside the image: what torch is there and, with a GPU, the validators it registers.
+VALIDATORS_PY = r"""
+import json, sys
+out = {"torch": None, "hip": None, "cuda": None, "gpu": False, "validators": None, "error": None}
+try:
+    import torch
+    out.update(torch=torch.__version__, hip=torch.version.hip, cuda=torch.version.cuda)
+    out["gpu"] = bool(torch.cuda.is_available())
+    if out["gpu"]:
+        out["validators"] = dict(torch.cuda.tunable.get_validators())
+except Exception as exc:
+    out["error"] = f"{type(exc).__name__}: {exc}"
+print("IMAGEBUILD-JSON " + json.dumps(out))
+"""
+
+
+def client() -> docker.DockerClient:
+    """A client for the engine at DOCKER_HOST (or the default socket); no engine is a usage error (exit 2)."""
+    import docker
+
+    try:
+        c = docker.from_env()
+        c.ping()
+    except docker.errors.DockerException as exc:
+        where = os.environ.get("DOCKER_HOST", "the default socket")
+        raise ConfigError(
+            f"no container engine answers at {where}: {exc}", hint="start one or set DOCKER_HOST"
+        ) from None
+    return c
+
+
+def detect_gpu() -> str:
+    """rocm, cuda or none, from the device nodes of this host (never guessed inside a build)."""
+    if os.path.exists("/dev/kfd"):
+        return "rocm"
+    if os.path.exists("/dev/nvidiactl") or shutil.which("nvidia-smi"):
+        return "cuda"
+    return "none"
+
+
+def gpu_run_kwargs(gpu: str) -> dict[str, Any]:
+    """docker run options that give a container the host's GPUs."""
+    if gpu == "rocm":
+        return {
+            "devices": ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"],
+            "group_add": ["video"],
+            "security_opt": ["seccomp=unconfined"],
+            "ipc_mode": "host",
+        }
+    if gpu == "cuda":
+        import docker
+
+        return {
+            "device_requests": [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])],
+            "ipc_mode": "host",
+        }
+    return {}
+
+
+def _require_image(c: docker.DockerClient, image: str) -> Any:
+    import docker
+
+    try:
+        return c.images.get(image)
+    except docker.errors.ImageNotFound:
+        raise ConfigError(f"image {image!r} not found in the engine", hint="build or pull it first") from None
+
+
+def _read_manifest(c: docker.DockerClient, image: str) -> dict[str, Any] | None:
+    """/opt/imagebuild/manifest.json from the image, read from a created (never started) container."""
+    import io
+    import tarfile
+
+    import docker
+
+    container = c.containers.create(image, command=["true"], entrypoint=["true"])
+    try:
+        stream, _ = container.get_archive(MANIFEST_PATH)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            member = tar.extractfile("manifest.json")
+            return json.loads(member.read()) if member else None
+    except (docker.errors.NotFound, docker.errors.APIError, KeyError, json.JSONDecodeError):
+        return None
+    finally:
+        container.remove(force=True)
+
+
+def _probe_torch(c: docker.DockerClient, image: str, gpu: str) -> dict[str, Any] | None:
+    """Run VALIDATORS_PY in the image (with the GPU when there is one); None when the image has no python.
+
+    When the engine cannot hand the GPU to a container, asks again without it and says so in the result.
+    """
+    found = _run_probe(c, image, gpu)
+    if found is None and gpu != "none":
+        found = _run_probe(c, image, "none")
+        if found is not None:  # python and torch are there, so it was the GPU the engine could not give
+            found["error"] = f"the container could not be started with the {gpu} GPU; asked without it"
+    return found
+
+
+def _run_probe(c: docker.DockerClient, image: str, gpu: str) -> dict[str, Any] | None:
+    import docker
+
+    try:
+        out = c.containers.run(
+            image,
+            command=["-c", VALIDATORS_PY],
+            entrypoint=["python3"],
+            network_mode="host",
+            remove=True,
+            stdout=True,
+            stderr=False,
+            **gpu_run_kwargs(gpu),
+        )
+    except (docker.errors.ContainerError, docker.errors.APIError):
+        return None
+    for line in out.decode("utf-8", "replace").splitlines():
+        if line.startswith("IMAGEBUILD-JSON "):
+            return json.loads(line.removeprefix("IMAGEBUILD-JSON "))
+    return None
+
+
+def _from_versions(kind: str, torch_version: str | None, source: str, notes: list[str]) -> top.Expected:
+    """What is known without a GPU: PT_VERSION; on CUDA and CPU builds that is the whole set."""
+    values: dict[str, str] = {}
+    pt = top.pt_version_of(torch_version) if torch_version else None
+    if pt:
+        values["PT_VERSION"] = pt
+    if kind == "rocm":
+        return top.Expected(
+            values=values,
+            complete=False,
+            source=source,
+            undetermined=[*([] if pt else ["PT_VERSION"]), *ROCM_KEYS],
+            notes=[
+                *notes,
+                "ROCm validators need the image's torch on a GPU: run on a GPU host or pass --expect",
+            ],
+        )
+    if kind == "cpu":
+        notes = [*notes, "a CPU build of torch runs no TunableOp; PT_VERSION is all it could check"]
+    else:
+        notes = [*notes, f"a {kind.upper()} build of torch registers PT_VERSION only"]
+    return top.Expected(
+        values=values,
+        complete=bool(pt),
+        source=source,
+        undetermined=[] if pt else ["PT_VERSION"],
+        notes=notes,
+    )
+
+
+def image_validators(c: docker.DockerClient, image: str, gpu: str = "auto") -> top.Expected:
+    """The validators an image's torch requires: asked of torch (GPU), else derived, else the manifest."""
+    _require_image(c, image)
+    gpu = detect_gpu() if gpu == "auto" else gpu
+    probe = _probe_torch(c, image, gpu)
+    if probe and probe.get("validators"):
+        return top.Expected(
+            values=dict(probe["validators"]),
+            complete=True,
+            source=f"torch {probe['torch']} in {image} on a GPU",
+        )
+    notes = []
+    if probe and probe.get("torch"):
+        if probe.get("error"):
+            notes.append(f"torch in the image said: {probe['error']}")
+        kind = "rocm" if probe.get("hip") else "cuda" if probe.get("cuda") else "cpu"
+        return _from_versions(kind, probe["torch"], f"torch {probe['torch']} in {image} (no GPU)", notes)
+    manifest = _read_manifest(c, image)
+    if manifest:
+        kind = str((manifest.get("platform") or {}).get("kind") or "cpu")
+        version = (manifest.get("torch") or {}).get("version") or (manifest.get("versions") or {}).get("torch")
+        arches = manifest.get("gpu_arches") or []
+        if arches:
+            notes.append(f"image built for {', '.join(arches)}")
+        return _from_versions(kind, version, f"the manifest of {image} (no torch could be run)", notes)
+    labels = _require_image(c, image).labels or {}
+    if "io.imagebuild.torch" in labels:
+        kind = "rocm" if "rocm" in labels.get("io.imagebuild.platform", "") else "cuda"
+        return _from_versions(kind, labels["io.imagebuild.torch"], f"the labels of {image}", notes)
+    why = f" (torch in the image said: {probe['error']})" if probe and probe.get("error") else ""
+    raise ConfigError(f"cannot tell which torch {image!r} holds: no importable torch, manifest or labels{why}")
+
+
+def expect_with_overrides(base: top.Expected, given: dict[str, str]) -> top.Expected:
+    """--expect values fill in (or override) what the image could not tell."""
+    if not given:
+        return base
+    undetermined = [k for k in base.undetermined if k not in given]
+    if any(k in given for k in ("ROCM_VERSION", "HIP_VERSION")):
+        undetermined = [k for k in undetermined if k not in ("ROCM_VERSION", "HIP_VERSION")]
+    return top.Expected(
+        values={**base.values, **given},
+        complete=base.complete or not undetermined,
+        source=f"{base.source} and --expect",
+        undetermined=undetermined,
+        notes=base.notes,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------
+
+
+def arch_slug(arch: str) -> str:
+    """A file-name-safe form of a target ID: gfx942:sramecc+:xnack- -> gfx942_sramecc+_xnack-."""
+    return re.sub(r"[^A-Za-z0-9+._-]", "_", arch)
+
+
+@dataclass
+class TuneOutcome:
+    results_path: Path
+    report_path: Path
+    report: dict[str, Any]
+    baked_image: str | None = None
+
+
+def bake(c: docker.DockerClient, image: str, results_path: Path, tag: str, expected: top.Expected, slug: str) -> str:
+    """Build `tag` FROM image with the results under /opt/imagebuild/tunableop/, after checking validators."""
+    results = top.load(results_path)
+    report = top.check_validators(results, expected)
+    if not report.ok:
+        raise CheckFailed(
+            f"not baking {results_path} into {image}: " + "; ".join(report.problems()),
+            hint="tune inside this image, or pass --expect for what cannot be determined here",
+        )
+    name = f"tunableop_{slug}.csv"
+    old = (_require_image(c, image).labels or {}).get("io.imagebuild.tunableop.baked", "")
+    baked = ",".join(sorted({*filter(None, old.split(",")), name}))
+    with tempfile.TemporaryDirectory(prefix="imagebuild-bake-") as ctx:
+        Path(ctx, name).write_text(top.render(results), encoding="utf-8")
+        dockerfile = [
+            f"FROM {image}",
+            f"COPY {name} {BAKED_DIR}/{name}",
+            f"LABEL io.imagebuild.tunableop.baked={json.dumps(baked)}",
+        ]
+        Path(ctx, "Dockerfile").write_text("\n".join(dockerfile) + "\n", encoding="utf-8")
+        import docker
+
+        try:
+            built, _ = c.images.build(path=ctx, tag=tag, rm=True, forcerm=True, network_mode="host", pull=False)
+        except (docker.errors.BuildError, docker.errors.APIError) as exc:
+            raise BuildFailed(f"baking {name} into {image} failed: {exc}") from None
+    return str(built.id)
+
+
+def run_tuning(
+    c: docker.DockerClient,
+    image: str,
+    gemms: list[dict[str, object]],
+    io_dir: Path,
+    *,
+    gpu: str,
+    device: int = 0,
+    max_tuning_duration_ms: int = 30,
+    max_tuning_iterations: int = 100,
+) -> tuple[dict[str, Any], top.ResultsFile]:
+    """Run tune_gemms.py in the image (scripts mounted read-only, results under io_dir); its report and file."""
+    import docker
+
+    if not (SCRIPTS_DIR / "tune_gemms.py").is_file():
+        raise ConfigError(f"the in-image tuning script is missing: {SCRIPTS_DIR / 'tune_gemms.py'}")
+    Path(io_dir, "shapes.json").write_text(top.shapes_json(gemms), encoding="utf-8")
+    command = [
+        "/opt/imagebuild-tune/tune_gemms.py",
+        "--shapes=/io/shapes.json",
+        "--out=/io/results/tunableop_results%d.csv",
+        f"--device={device}",
+        "--report=/io/report.json",
+        f"--max-tuning-duration-ms={max_tuning_duration_ms}",
+        f"--max-tuning-iterations={max_tuning_iterations}",
+    ]
+    try:
+        c.containers.run(
+            image,
+            command=command,
+            entrypoint=["python3"],
+            network_mode="host",
+            remove=True,
+            volumes={
+                str(io_dir): {"bind": "/io", "mode": "rw"},
+                str(SCRIPTS_DIR): {"bind": "/opt/imagebuild-tune", "mode": "ro"},
+            },
+            **gpu_run_kwargs(gpu),
+        )
+    except docker.errors.ContainerError as exc:
+        tail = (exc.stderr or b"").decode("utf-8", "replace").strip().splitlines()[-1:]
+        raise BuildFailed(f"tuning in {image} failed (exit {exc.exit_status}): {' '.join(tail)}") from None
+    except docker.errors.APIError as exc:
+        raise ConfigError(f"cannot run {image} with a {gpu} GPU: {exc.explanation or exc}") from None
+    report = json.loads(Path(io_dir, "report.json").read_text(encoding="utf-8"))
+    return report, top.load(Path(io_dir, "results", f"tunableop_results{device}.csv"))
+
+
+def tune(
+    c: docker.DockerClient,
+    image: str,
+    gemms: list[dict[str, object]],
+    out_dir: Path,
+    *,
+    gpu: str = "auto",
+    device: int = 0,
+    bake_tag: str | None = None,
+    max_tuning_duration_ms: int = 30,
+    max_tuning_iterations: int = 100,
+) -> TuneOutcome:
+    """Tune the GEMMs inside the image on this host's GPU; write the results for that image and arch."""
+    _require_image(c, image)
+    gpu = detect_gpu() if gpu == "auto" else gpu
+    if gpu == "none":
+        raise ConfigError("tune needs a GPU host (no /dev/kfd or NVIDIA device here)", hint="run it on a GPU host")
+    # The container writes as root; on a host run by a user the leftovers may not be removable.
+    with tempfile.TemporaryDirectory(prefix="imagebuild-tune-", ignore_cleanup_errors=True) as io_dir:
+        report, results = run_tuning(
+            c,
+            image,
+            gemms,
+            Path(io_dir),
+            gpu=gpu,
+            device=device,
+            max_tuning_duration_ms=max_tuning_duration_ms,
+            max_tuning_iterations=max_tuning_iterations,
+        )
+    live = top.Expected(values=dict(report["validators"]), complete=True, source=f"torch in {image} (this run)")
+    check = top.check_validators(results, live)
+    if not check.ok:
+        raise CheckFailed(f"{image} wrote a file its own torch would reject: " + "; ".join(check.problems()))
+    slug = arch_slug(str(report.get("arch") or results.validators.get("GCN_ARCH_NAME") or gpu))
+    results_path = out_dir / f"tunableop_{slug}.csv"
+    report_path = out_dir / f"tunableop_{slug}.report.json"
+    top.write_atomic(results_path, top.render(results))
+    top.write_atomic(report_path, json.dumps({"image": image, **report}, indent=1) + "\n")
+    outcome = TuneOutcome(results_path=results_path, report_path=report_path, report=report)
+    if bake_tag:
+        bake(c, image, results_path, bake_tag, live, slug)
+        outcome.baked_image = bake_tag
+    return outcome
