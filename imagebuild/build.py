@@ -66,6 +66,7 @@ class BuildSpec:
     cache_from: list[str] = field(default_factory=list)
     cache_to: list[str] = field(default_factory=list)
     builder: str | None = None
+    no_cache: bool = False
     wheels: list[Path] = field(default_factory=list)  # staged into build/wheelhouse before the build
     render_dir: Path | None = None  # where a non-default render is written before the build
     rendered_files: dict[str, str] = field(default_factory=dict)
@@ -164,7 +165,7 @@ def command(spec: BuildSpec, engine: Engine) -> list[str]:
         argv += ["--load"] + (["--builder", spec.builder] if spec.builder else [])
     elif spec.builder:
         raise ConfigError("--builder needs docker buildx", hint=f"{engine.client} runs BuildKit without buildx")
-    argv += ["-f", str(spec.dockerfile), "--iidfile", str(spec.iidfile)]
+    argv += ["-f", str(spec.dockerfile), "--iidfile", str(spec.iidfile)] + (["--no-cache"] if spec.no_cache else [])
     for tag in spec.tags:
         argv += ["-t", tag]
     for key, value in sorted(spec.build_args.items()):
@@ -174,7 +175,9 @@ def command(spec: BuildSpec, engine: Engine) -> list[str]:
     for secret_id, path in sorted(spec.secrets.items()):
         argv += ["--secret", f"id={secret_id},src={path}"]
     for ref in spec.cache_from:
-        argv += ["--cache-from", ref]
+        # Without buildx, `docker build --cache-from` takes an image reference (with inline cache).
+        native = engine.mode != "buildx" and ref.startswith("type=registry,")
+        argv += ["--cache-from", _ref_of(ref) if native else ref]
     for ref in spec.cache_to:
         if engine.mode == "buildx":
             argv += ["--cache-to", ref]
@@ -186,6 +189,11 @@ def command(spec: BuildSpec, engine: Engine) -> list[str]:
             )
     argv.append(str(spec.context))
     return argv
+
+
+def _ref_of(cache: str) -> str:
+    parts = dict(item.split("=", 1) for item in cache.split(",") if "=" in item)
+    return parts.get("ref", cache)
 
 
 _STEP = re.compile(r"^#(\d+) \[([^\]]+)\] (.*)$")
@@ -213,8 +221,12 @@ class LogSummary:
 
     @property
     def build_steps(self) -> list[str]:
-        """Dockerfile steps only (`[stage n/m] ...`), not context transfers or metadata loads."""
-        return [sid for sid, text in self.steps.items() if re.match(r"^\[[^\]]* ?\d+/\d+\]", text)]
+        """Dockerfile steps that do work (`[stage n/m] RUN|COPY ...`): not FROM, context or metadata."""
+        return [
+            sid
+            for sid, text in self.steps.items()
+            if re.match(r"^\[[^\]]*\d+/\d+\] ", text) and not re.match(r"^\[[^\]]*\] FROM ", text)
+        ]
 
 
 def stage_wheels(wheels: Iterable[Path], dest: Path) -> list[Path]:
@@ -317,8 +329,18 @@ def run_builds(
             result = run_build(spec, engine, secrets, on_line)
         except OSError as exc:  # e.g. the client vanished: still a per-target failure
             result = TargetResult(
-                spec.target, False, None, [], 0.0, 0, 0, f"could not run the build: {exc}", [], str(spec.log_path),
-                str(spec.dockerfile), [],
+                spec.target,
+                False,
+                None,
+                [],
+                0.0,
+                0,
+                0,
+                f"could not run the build: {exc}",
+                [],
+                str(spec.log_path),
+                str(spec.dockerfile),
+                [],
             )
         if on_done:
             on_done(result)

@@ -32,6 +32,7 @@ class PlanOptions:
     cache_from: tuple[str, ...] = ()
     cache_to: tuple[str, ...] = ()
     builder: str | None = None
+    no_cache: bool = False
 
 
 def select_targets(matrix: Matrix, names: Sequence[str], arch: str | None) -> list[Target]:
@@ -43,9 +44,7 @@ def select_targets(matrix: Matrix, names: Sequence[str], arch: str | None) -> li
     from imagebuild.arches import parse_list
 
     wanted = {t.processor for t in parse_list(arch)}
-    chosen = [
-        t for t in matrix.targets if wanted & {parse_list(a)[0].processor for a in t.platform.arches}
-    ]
+    chosen = [t for t in matrix.targets if wanted & {parse_list(a)[0].processor for a in t.platform.arches}]
     if not chosen:
         raise ConfigError(f"no target's platform has arch {arch}", hint="see `imagebuild matrix list`")
     return chosen
@@ -67,7 +66,7 @@ def labels_for(manifest: Mapping[str, Any], matrix_sha: str, git: GitInfo) -> di
         "io.imagebuild.target": str(manifest.get("target")),
         "io.imagebuild.platform": str(platform.get("name")),
         "io.imagebuild.torch": str(torch.get("version")),
-        "io.imagebuild.arches": ";".join(manifest.get("gpu_arches") or []),
+        "io.imagebuild.arches": ";".join(manifest.get("gpu_arches") or []) or "none",
         "io.imagebuild.matrix-sha256": matrix_sha,
         "io.imagebuild.patches": ",".join(p.get("name", "") for p in torch.get("patches") or []),
         "io.imagebuild.components": json.dumps(components, sort_keys=True, separators=(",", ":")),
@@ -116,7 +115,8 @@ def plan_target(
         from imagebuild.render import render_target
 
         render_dir = root / "build" / "render" / target.name
-        rendered = dict(render_target(matrix, target, resolution).files)
+        manifest_path = f"build/render/{target.name}/manifest.json"
+        rendered = dict(render_target(matrix, target, resolution, manifest_path=manifest_path).files)
         files, dockerfile = rendered, render_dir / "Dockerfile"
     try:
         manifest = json.loads(files["manifest.json"])
@@ -132,6 +132,7 @@ def plan_target(
         cache_from=list(options.cache_from),
         cache_to=list(options.cache_to),
         builder=options.builder,
+        no_cache=options.no_cache,
         wheels=torch_wheels(target, env) if "build/wheelhouse" in files["Dockerfile"] else [],
         render_dir=render_dir,
         rendered_files=rendered,

@@ -11,7 +11,9 @@ import argparse
 import json
 import os
 import re
+import shutil
 import struct
+import subprocess
 import sys
 import tempfile
 import zlib
@@ -152,10 +154,16 @@ def _decompress_ccob(data: bytes, pos: int) -> tuple[bytes, int]:
             import zstandard  # type: ignore[import-not-found]
 
             return zstandard.ZstdDecompressor().decompressobj().decompress(payload), end - pos
-        except ImportError as exc:
-            raise VerifyError(
-                "zstd-compressed offload bundle: install the 'zstandard' package to read it"
-            ) from exc
+        except ImportError:
+            pass
+        if zstd_cli := shutil.which("zstd"):
+            done = subprocess.run([zstd_cli, "-dc"], input=payload, capture_output=True, check=False)
+            if done.returncode == 0:
+                return done.stdout, end - pos
+            raise VerifyError(f"zstd could not decode a compressed offload bundle: {done.stderr.decode()[:200]}")
+        raise VerifyError(
+            "zstd-compressed offload bundle: install the zstd command or the 'zstandard' package to read it"
+        )
     raise VerifyError(f"compressed offload bundle with unknown method {method}")
 
 
@@ -202,9 +210,12 @@ def hip_target(entry_id: str) -> str | None:
 # --- CUDA: fat binaries ------------------------------------------------------------------------------------
 
 
-def cuda_fatbin_entries(data: bytes) -> list[tuple[int, int]]:
-    """(kind, sm number) for every entry of the fat binaries laid one after another in `.nv_fatbin`."""
-    entries: list[tuple[int, int]] = []
+FATBIN_FLAG_ARCH_SPECIFIC = 0x100000  # entry built for an 'a' target (sm_90a): its code runs on that chip only
+
+
+def cuda_fatbin_entries(data: bytes) -> list[tuple[int, str]]:
+    """(kind, arch such as '90' or '90a') for every entry of the fat binaries laid out in `.nv_fatbin`."""
+    entries: list[tuple[int, str]] = []
     magic = struct.pack("<I", FATBIN_MAGIC)
     pos = 0
     while True:
@@ -216,15 +227,12 @@ def cuda_fatbin_entries(data: bytes) -> list[tuple[int, int]]:
         while cur + 32 <= end:
             kind, _v, entry_header, payload = struct.unpack_from("<HHIQ", data, cur)
             (arch,) = struct.unpack_from("<I", data, cur + 28)
+            (flags,) = struct.unpack_from("<Q", data, cur + 40)
             if entry_header == 0:
                 break
-            entries.append((kind, arch))
+            entries.append((kind, f"{arch}{'a' if flags & FATBIN_FLAG_ARCH_SPECIFIC else ''}"))
             cur += entry_header + payload
         pos = end
-
-
-def sm_name(arch: int, prefix: str) -> str:
-    return f"{prefix}_{arch}"
 
 
 # --- listing and comparison ------------------------------------------------------------------------------
@@ -254,10 +262,10 @@ def list_code_objects(path: str | Path) -> Listing:
     nv = sections.get(".nv_fatbin", b"")
     for kind, arch in cuda_fatbin_entries(nv) if nv else []:
         if kind == FATBIN_KIND_ELF:
-            listing.code_objects.append(sm_name(arch, "sm"))
+            listing.code_objects.append(f"sm_{arch}")
         elif kind == FATBIN_KIND_PTX:
-            listing.ptx.append(sm_name(arch, "compute"))
-        listing.entries.append(f"{'elf' if kind == FATBIN_KIND_ELF else 'ptx'} {sm_name(arch, 'sm')}")
+            listing.ptx.append(f"compute_{arch}")
+        listing.entries.append(f"{'elf' if kind == FATBIN_KIND_ELF else 'ptx'} sm_{arch}")
     listing.code_objects = sorted(set(listing.code_objects))
     listing.ptx = sorted(set(listing.ptx))
     return listing
@@ -275,15 +283,10 @@ class Comparison:
         return not self.missing and not self.unexpected
 
 
-def _cmp_key(name: str) -> str:
-    # CUDA ELF headers carry no 'a' suffix for sm_90a; compare such requests on the number.
-    return processor(name).rstrip("a") if name.startswith(("sm_", "compute_")) else processor(name)
-
-
 def compare(listing: Listing, requested: Requested) -> Comparison:
     """Exact comparison on processor names (features ignored), ELF code objects and PTX alike."""
-    have = {_cmp_key(c) for c in listing.code_objects} | {_cmp_key(c) for c in listing.ptx}
-    want = {_cmp_key(c) for c in requested.code_objects} | {_cmp_key(c) for c in requested.ptx}
+    have = {processor(c) for c in [*listing.code_objects, *listing.ptx]}
+    want = {processor(c) for c in [*requested.code_objects, *requested.ptx]}
     return Comparison(sorted(want - have), sorted(have - want))
 
 

@@ -6,6 +6,7 @@ import os
 import shlex
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import click
@@ -14,10 +15,12 @@ from imagebuild.build import (
     Secrets,
     TargetResult,
     collect_secrets,
-    command,
     raise_on_failure,
     run_builds,
     write_report,
+)
+from imagebuild.build import (
+    command as build_argv,
 )
 from imagebuild.buildplan import PlanOptions, plan
 from imagebuild.engine import Engine, find_engine
@@ -101,6 +104,7 @@ class RichProgress(PlainProgress):
 @click.option("--cache-from", multiple=True, help="Registry cache to read (passed to BuildKit).")
 @click.option("--cache-to", multiple=True, help="Registry cache to write (passed to BuildKit).")
 @click.option("--builder", help="A buildx builder (e.g. a remote BuildKit).")
+@click.option("--no-cache", is_flag=True, help="Build every step again (cold build timing).")
 @click.option("--tag", "tags", multiple=True, help="Extra tag; may contain {target}.")
 @click.option("--secret", "secrets", multiple=True, help="Extra BuildKit secret: id=NAME,src=FILE or id=NAME,env=VAR.")
 @click.pass_obj
@@ -115,16 +119,20 @@ def command(  # noqa: PLR0913
     cache_from: tuple[str, ...],
     cache_to: tuple[str, ...],
     builder: str | None,
+    no_cache: bool,
     tags: tuple[str, ...],
     secrets: tuple[str, ...],
 ) -> None:
     """Build images with BuildKit: labels, tags, secrets, caches and a JSON build report."""
-    from imagebuild.matrix import load_matrix
+    # Probing the engine waits on processes: overlap it with loading the matrix (CPU-bound imports).
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        probe = pool.submit(find_engine)
+        from imagebuild.matrix import load_matrix
 
-    matrix = load_matrix(Path(str(obj["matrix_path"])))
-    options = PlanOptions(arch, allow_experimental, tags, cache_from, cache_to, builder)
-    specs = plan(matrix, targets, options)
-    engine = find_engine()
+        matrix = load_matrix(Path(str(obj["matrix_path"])))
+        options = PlanOptions(arch, allow_experimental, tags, cache_from, cache_to, builder, no_cache)
+        specs = plan(matrix, targets, options)
+        engine = probe.result()
     secret_set: Secrets = collect_secrets(os.environ, secrets)
     try:
         for spec in specs:
@@ -135,14 +143,12 @@ def command(  # noqa: PLR0913
                     click.echo(f"# render {spec.target} into {spec.render_dir}")
                 if spec.wheels:
                     click.echo(f"# stage {' '.join(map(str, spec.wheels))} into {spec.context / 'build/wheelhouse'}")
-                click.echo(_shell(command(spec, engine), engine))
+                click.echo(_shell(build_argv(spec, engine), engine))
             return
         report = report_path or matrix.path.resolve().parent / "build" / "build-report.json"
         github = os.environ.get("GITHUB_ACTIONS") == "true"
         progress = (
-            RichProgress([s.target for s in specs])
-            if sys.stdout.isatty() and not github
-            else PlainProgress(github)
+            RichProgress([s.target for s in specs]) if sys.stdout.isatty() and not github else PlainProgress(github)
         )
         click.echo(f"building {len(specs)} target(s) with {engine.describe()}", err=True)
         with progress:

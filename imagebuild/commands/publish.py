@@ -1,0 +1,150 @@
+"""`imagebuild publish`: push a smoked image (or promote a staged digest) to a registry's public tags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from imagebuild.errors import ConfigError, ImagebuildError, PublishFailed
+from imagebuild.publish import PublishResult, find_passing_report, promote, public_tags, publish_image
+from imagebuild.registry import Registry, RepoRef
+
+
+def _repo(text: str) -> RepoRef:
+    try:
+        return RepoRef.parse(text)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _smoke_reports(root: Path, given: tuple[Path, ...]) -> tuple[list[Path], bool]:
+    """The reports named with --report (each must pass), else every report under build/smoke (one must)."""
+    for path in given:
+        if not path.is_file():
+            raise ConfigError(f"smoke report {path} not found")
+    if given:
+        return list(given), True
+    return sorted((root / "build" / "smoke").glob("*/report.json")), False
+
+
+def _gate(result: PublishResult, image_id: str, found: tuple[list[Path], bool], allow_unsmoked: bool) -> None:
+    """Exit 5 unless smoke passed for this exact image ID; --allow-unsmoked overrides, loudly, on the record.
+
+    Reports given with --report (one per GPU kind in CI) must all pass for this image; otherwise one passing
+    report among those under build/smoke suffices.
+    """
+    reports, every = found
+    passing = [p for p in reports if find_passing_report(image_id, [p]) is not None]
+    if passing and (not every or len(passing) == len(reports)):
+        result.smoke_report = ", ".join(map(str, passing))
+        return
+    if not allow_unsmoked:
+        where = ", ".join(map(str, reports)) if 0 < len(reports) <= 3 else f"{len(reports)} report(s) under build/smoke"
+        raise PublishFailed(
+            f"refusing to publish {image_id[:19]}: no passing smoke report for this image ID "
+            f"(looked in: {where or 'none'})",
+            hint="run `imagebuild smoke` first, or pass --allow-unsmoked",
+        )
+    result.allow_unsmoked = True
+    result.warning = f"published without a passing smoke report for {image_id}"
+    click.echo(f"warning: {result.warning} (--allow-unsmoked)", err=True)
+
+
+@click.command("publish")
+@click.argument("image")
+@click.option("--registry", "registry", required=True, help="HOST[:PORT]/REPO to publish to.")
+@click.option("--allow-unsmoked", is_flag=True, help="Publish without a passing smoke report (recorded).")
+@click.option(
+    "--report",
+    "smoke_reports",
+    multiple=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Smoke report(s) that must all pass for this image (default: search build/smoke).",
+)
+@click.option("--out", "out_path", type=click.Path(path_type=Path, dir_okay=False), help="The publish report.")
+@click.option("--tag", "tags", multiple=True, help="Public tag (default: the image's imagebuild tags).")
+@click.option("--promote", is_flag=True, help="IMAGE is a staged HOST/REPO@sha256:...: copy it, do not push.")
+@click.pass_obj
+def command(
+    obj: dict[str, object],
+    image: str,
+    registry: str,
+    allow_unsmoked: bool,
+    smoke_reports: tuple[Path, ...],
+    out_path: Path | None,
+    tags: tuple[str, ...],
+    promote: bool,
+) -> None:
+    """Publish TARGET|IMAGE to --registry, only when smoked; tags move only onto a verified digest."""
+    from imagebuild.commands.smoke import target_names
+
+    dest = _repo(registry)
+    matrix_path = Path(str(obj["matrix_path"]))
+    root = matrix_path.resolve().parent if matrix_path.exists() else Path.cwd()
+    reports = _smoke_reports(root, smoke_reports)
+    if promote:
+        _promote(image, dest, tags, reports, allow_unsmoked, out_path, root)
+        return
+    from imagebuild.engine import docker_client
+    from imagebuild.smoke import resolve_image
+
+    client = docker_client()
+    name, found = resolve_image(client, image, target_names(matrix_path))
+    result = PublishResult(image=image, image_id=found.id, repository=str(dest))
+    out_path = out_path or root / "build" / "publish" / name / "publish-report.json"
+    try:
+        _gate(result, found.id, reports, allow_unsmoked)
+        publish_image(client, found, image, dest, result, list(tags) or public_tags(found, image), _log)
+        result.ok = True
+    except ImagebuildError as exc:
+        result.error = str(exc)
+        raise
+    finally:
+        result.write(out_path)
+        click.echo(f"publish report: {out_path}")
+    for ref in result.refs:
+        click.echo(f"published {ref} ({result.digest})")
+
+
+def _promote(
+    source: str,
+    dest: RepoRef,
+    tags: tuple[str, ...],
+    reports: tuple[list[Path], bool],
+    allow_unsmoked: bool,
+    out_path: Path | None,
+    root: Path,
+) -> None:
+    """Gate on the staged image's config digest (its image ID), then copy it to dest's public tags."""
+    from imagebuild.publish import with_retries
+
+    name, sep, reference = source.partition("@")
+    if not sep:
+        raise ConfigError(f"--promote takes HOST/REPO@sha256:..., not '{source}'")
+    src = _repo(name)
+    image_id, config = with_retries(f"reading {source}", lambda: Registry(src).config(src.repo, reference))
+    labels = (config.get("config") or {}).get("Labels") or {}  # type: ignore[union-attr]
+    wanted = list(tags) or ([labels["io.imagebuild.target"]] if "io.imagebuild.target" in labels else [])
+    if not wanted:
+        raise ConfigError(f"{source} has no io.imagebuild.target label", hint="pass --tag")
+    result = PublishResult(image=source, image_id=image_id, repository=str(dest))
+    out_path = out_path or root / "build" / "publish" / wanted[0] / "publish-report.json"
+    try:
+        _gate(result, image_id, reports, allow_unsmoked)
+        result.digest, result.refs = promote(source, dest, wanted, _log)
+        result.staging_ref = source
+        result.digest_ref = f"{dest}@{result.digest}"
+        result.ok = True
+    except ImagebuildError as exc:
+        result.error = str(exc)
+        raise
+    finally:
+        result.write(out_path)
+        click.echo(f"publish report: {out_path}")
+    for ref in result.refs:
+        click.echo(f"published {ref} ({result.digest})")
+
+
+def _log(message: str) -> None:
+    click.echo(message, err=True)

@@ -1,0 +1,211 @@
+"""A small client of the registry HTTP API (distribution v2): read digests, tag manifests, mount blobs.
+
+The engine pushes layers; this reads back what the registry holds, so publishing can verify the digest
+and move public tags onto a complete, already-pushed manifest (and promote across repositories) without
+pulling or rebuilding anything.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+MANIFEST_TYPES = (
+    "application/vnd.docker.distribution.manifest.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.index.v1+json",
+)
+TIMEOUT = 30
+
+
+class RegistryError(Exception):
+    """A registry answered with an error, or could not be reached (`transient` says whether to retry)."""
+
+    def __init__(self, message: str, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+@dataclass(frozen=True)
+class RepoRef:
+    """`HOST[:PORT]/REPO` as given to --registry."""
+
+    host: str
+    repo: str
+
+    @classmethod
+    def parse(cls, text: str) -> RepoRef:
+        host, sep, repo = text.strip().rstrip("/").partition("/")
+        if not sep or not repo or not re.fullmatch(r"[a-z0-9]+(?:[._/-][a-z0-9]+)*", repo):
+            raise ValueError(f"'{text}' is not HOST[:PORT]/REPO (e.g. 127.0.0.1:5000/imagebuild)")
+        if not re.fullmatch(r"[A-Za-z0-9.-]+(:\d+)?|\[[0-9a-fA-F:]+\](:\d+)?", host):
+            raise ValueError(f"'{host}' in '{text}' is not a registry host")
+        return cls(host, repo)
+
+    def __str__(self) -> str:
+        return f"{self.host}/{self.repo}"
+
+    @property
+    def base_url(self) -> str:
+        loopback = self.host.split(":")[0] in {"localhost", "127.0.0.1"} or self.host.startswith("[::1]")
+        insecure = loopback or os.environ.get("IMAGEBUILD_REGISTRY_INSECURE") == "1"
+        return f"{'http' if insecure else 'https'}://{self.host}"
+
+
+def _docker_config_auth(host: str) -> tuple[str, str] | None:
+    """Basic credentials for host from `docker login` (~/.docker/config.json), if stored there in clear."""
+    config = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker")) / "config.json"
+    try:
+        auths = json.loads(config.read_text()).get("auths", {})
+    except (OSError, ValueError):
+        return None
+    for key, entry in auths.items():
+        if key.removeprefix("https://").removeprefix("http://").split("/")[0] == host and entry.get("auth"):
+            user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
+            return user, password
+    return None
+
+
+class Registry:
+    """One registry host; Bearer and Basic auth answered on a 401 challenge."""
+
+    def __init__(self, host_ref: RepoRef) -> None:
+        self.ref = host_ref
+        self.session = requests.Session()
+        user = os.environ.get("IMAGEBUILD_REGISTRY_USER")
+        password = os.environ.get("IMAGEBUILD_REGISTRY_PASSWORD")
+        self.basic = (user, password) if user and password else _docker_config_auth(host_ref.host)
+        self.tokens: dict[str, str] = {}
+
+    def _request(self, method: str, path: str, scope: str, **kwargs: object) -> requests.Response:
+        url = self.ref.base_url + path
+        headers = dict(kwargs.pop("headers", {}) or {})  # type: ignore[call-overload]
+        for attempt in range(2):
+            if scope in self.tokens:
+                headers["Authorization"] = self.tokens[scope]
+            try:
+                response = self.session.request(method, url, headers=headers, timeout=TIMEOUT, **kwargs)  # type: ignore[arg-type]
+            except requests.RequestException as exc:
+                raise RegistryError(f"{self.ref.host} unreachable: {type(exc).__name__}", transient=True) from exc
+            if response.status_code == 401 and attempt == 0 and self._authenticate(response, scope):
+                continue
+            if response.status_code >= 500 or response.status_code == 429:
+                raise RegistryError(f"{method} {path}: HTTP {response.status_code}", transient=True)
+            return response
+        return response
+
+    def _authenticate(self, response: requests.Response, scope: str) -> bool:
+        challenge = response.headers.get("WWW-Authenticate", "")
+        if challenge.lower().startswith("basic") and self.basic:
+            self.tokens[scope] = "Basic " + base64.b64encode(":".join(self.basic).encode()).decode()
+            return True
+        if not challenge.lower().startswith("bearer"):
+            return False
+        params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+        query = {"service": params.get("service", ""), "scope": params.get("scope", scope)}
+        try:
+            answer = self.session.get(params["realm"], params=query, auth=self.basic, timeout=TIMEOUT)
+            answer.raise_for_status()
+            token = answer.json().get("token") or answer.json().get("access_token")
+        except (requests.RequestException, KeyError, ValueError) as exc:
+            raise RegistryError(f"{self.ref.host}: token request failed: {exc}", transient=False) from exc
+        self.tokens[scope] = f"Bearer {token}"
+        return True
+
+    def digest(self, repo: str, reference: str) -> str | None:
+        """The manifest digest a tag (or digest) resolves to; None when it does not exist."""
+        response = self._request(
+            "HEAD",
+            f"/v2/{repo}/manifests/{reference}",
+            f"repository:{repo}:pull",
+            headers={"Accept": ", ".join(MANIFEST_TYPES)},
+        )
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise RegistryError(f"HEAD {repo}:{reference}: HTTP {response.status_code}")
+        return response.headers.get("Docker-Content-Digest")
+
+    def manifest(self, repo: str, reference: str) -> tuple[bytes, str]:
+        """The manifest bytes (unchanged, so the digest holds) and their media type."""
+        response = self._request(
+            "GET",
+            f"/v2/{repo}/manifests/{reference}",
+            f"repository:{repo}:pull",
+            headers={"Accept": ", ".join(MANIFEST_TYPES)},
+        )
+        if response.status_code != 200:
+            raise RegistryError(f"GET manifest {repo}@{reference}: HTTP {response.status_code}")
+        return response.content, response.headers.get("Content-Type", MANIFEST_TYPES[0])
+
+    def config(self, repo: str, reference: str) -> tuple[str, dict[str, object]]:
+        """The image config digest (the image ID an engine gives it) and the config itself."""
+        body, _ = self.manifest(repo, reference)
+        manifest = json.loads(body)
+        if "config" not in manifest:
+            raise RegistryError(f"{repo}@{reference} is an index, not a single image")
+        digest = manifest["config"]["digest"]
+        blob = self._request("GET", f"/v2/{repo}/blobs/{digest}", f"repository:{repo}:pull")
+        if blob.status_code != 200:
+            raise RegistryError(f"GET config {repo}@{digest}: HTTP {blob.status_code}")
+        return digest, json.loads(blob.content)
+
+    def put_manifest(self, repo: str, tag: str, body: bytes, media_type: str) -> str:
+        response = self._request(
+            "PUT",
+            f"/v2/{repo}/manifests/{tag}",
+            f"repository:{repo}:pull,push",
+            data=body,
+            headers={"Content-Type": media_type},
+        )
+        if response.status_code not in (200, 201):
+            raise RegistryError(f"PUT manifest {repo}:{tag}: HTTP {response.status_code} {response.text[:200]}")
+        return response.headers.get("Docker-Content-Digest", "")
+
+    def has_blob(self, repo: str, digest: str) -> bool:
+        response = self._request("HEAD", f"/v2/{repo}/blobs/{digest}", f"repository:{repo}:pull")
+        return response.status_code == 200
+
+    def mount_blob(self, src_repo: str, dst_repo: str, digest: str) -> None:
+        """Make a blob of src_repo exist in dst_repo: cross-repo mount, else copy it through."""
+        if self.has_blob(dst_repo, digest):
+            return
+        scope = f"repository:{dst_repo}:pull,push"
+        response = self._request("POST", f"/v2/{dst_repo}/blobs/uploads/?mount={digest}&from={src_repo}", scope)
+        if response.status_code == 201:
+            return
+        if response.status_code != 202:
+            raise RegistryError(f"mount {digest} into {dst_repo}: HTTP {response.status_code}")
+        location = response.headers["Location"]
+        blob = self._request("GET", f"/v2/{src_repo}/blobs/{digest}", f"repository:{src_repo}:pull")
+        if blob.status_code != 200:
+            raise RegistryError(f"GET blob {src_repo}@{digest}: HTTP {blob.status_code}")
+        path = location.removeprefix(self.ref.base_url)
+        sep = "&" if "?" in path else "?"
+        done = self._request(
+            "PUT",
+            f"{path}{sep}digest={digest}",
+            scope,
+            data=blob.content,
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        if done.status_code != 201:
+            raise RegistryError(f"upload {digest} into {dst_repo}: HTTP {done.status_code}")
+
+    def copy(self, src_repo: str, digest: str, dst_repo: str, tag: str) -> str:
+        """Point dst_repo:tag at src_repo@digest (blobs first, then the manifest); returns the new digest."""
+        body, media_type = self.manifest(src_repo, digest)
+        if src_repo != dst_repo:
+            manifest = json.loads(body)
+            if "manifests" in manifest:
+                raise RegistryError("promoting a multi-platform index is not supported")
+            for blob in [manifest["config"], *manifest.get("layers", [])]:
+                self.mount_blob(src_repo, dst_repo, blob["digest"])
+        return self.put_manifest(dst_repo, tag, body, media_type)

@@ -1,0 +1,160 @@
+"""Run the in-image smoke suite (`python3 -m smoke`) with the device flags of the GPU kind, and keep
+its report (with the image ID added) where `imagebuild publish` looks for proof.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from imagebuild.build import LOCAL_REPO, atomic_write
+from imagebuild.errors import ConfigError, SmokeFailed
+
+if TYPE_CHECKING:
+    import docker
+    from docker.models.images import Image
+
+IMAGE_ROOT = "/opt/imagebuild"
+GPU_KINDS = ("auto", "rocm", "cuda", "none")
+TIMEOUT_S = int(os.environ.get("IMAGEBUILD_SMOKE_TIMEOUT", "1800"))
+
+
+def detect_gpu() -> str:
+    """auto: ROCm when /dev/kfd exists, CUDA when an NVIDIA device node exists, else none."""
+    if Path("/dev/kfd").exists():
+        return "rocm"
+    if Path("/dev/nvidiactl").exists() or Path("/dev/nvidia0").exists():
+        return "cuda"
+    return "none"
+
+
+def device_options(gpu: str) -> dict[str, Any]:
+    """The docker run options each GPU kind needs (the same flags the README lists for CI runners)."""
+    from docker.types import DeviceRequest
+
+    if gpu == "rocm":
+        return {
+            "devices": ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"],
+            "group_add": ["video"],
+            "security_opt": ["seccomp=unconfined"],
+            "ipc_mode": "host",
+        }
+    if gpu == "cuda":
+        return {"device_requests": [DeviceRequest(count=-1, capabilities=[["gpu"]])], "ipc_mode": "host"}
+    return {}
+
+
+def resolve_image(client: docker.DockerClient, ref: str, targets: list[str]) -> tuple[str, Image]:
+    """IMAGE or TARGET (a target name means the local `imagebuild:<target>`); returns (name, image)."""
+    from docker.errors import ImageNotFound
+
+    name = ref
+    if ref in targets or (re.fullmatch(r"[a-z0-9][a-z0-9._-]*", ref) and ":" not in ref and "/" not in ref):
+        candidate = f"{LOCAL_REPO}:{ref}"
+        try:
+            return ref, client.images.get(candidate)
+        except ImageNotFound:
+            if ref in targets:
+                raise ConfigError(
+                    f"target {ref} has no local image {candidate}", hint=f"imagebuild build {ref}"
+                ) from None
+    try:
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", name), client.images.get(ref)
+    except ImageNotFound:
+        raise ConfigError(f"no local image '{ref}'", hint="build it or pull it first") from None
+
+
+@dataclass
+class SmokeOutcome:
+    image_id: str
+    report_path: Path
+    junit_path: Path
+    log_path: Path
+    report: dict[str, Any]
+    exit_code: int
+
+
+def run_smoke(
+    client: docker.DockerClient,
+    image: Image,
+    gpu: str,
+    report_path: Path,
+    junit_path: Path,
+    image_ref: str,
+) -> SmokeOutcome:
+    """Run the suite in a throwaway container; write report (with image_id), JUnit and the container log."""
+    from docker.errors import APIError
+    from requests import RequestException
+
+    gpu = detect_gpu() if gpu == "auto" else gpu
+    if gpu == "rocm" and not Path("/dev/kfd").exists():
+        raise ConfigError("--gpu rocm, but this host has no /dev/kfd (no ROCm driver)", hint="use --gpu auto or none")
+    report_path.parent.mkdir(parents=True, exist_ok=True)
+    out = Path(tempfile.mkdtemp(prefix=".smoke-", dir=report_path.parent))
+    os.chmod(out, 0o777)  # the image may run as a non-root user
+    log_path = report_path.with_name(report_path.stem + ".log")
+    try:
+        try:
+            container = client.containers.run(
+                image.id,
+                entrypoint=["python3", "-m", "smoke", "--report", "/out/report.json", "--junit", "/out/junit.xml"],
+                command=[],
+                detach=True,
+                network_mode="host",
+                working_dir=IMAGE_ROOT,
+                environment={"PYTHONPATH": IMAGE_ROOT},
+                volumes={str(out.resolve()): {"bind": "/out", "mode": "rw"}},
+                **device_options(gpu),
+            )
+        except APIError as exc:
+            raise SmokeFailed(f"could not start the smoke container ({gpu}): {exc.explanation or exc}") from None
+        try:
+            try:
+                status = container.wait(timeout=TIMEOUT_S)
+            except RequestException:
+                raise SmokeFailed(f"the smoke suite did not finish within {TIMEOUT_S} s") from None
+            exit_code = int(status.get("StatusCode", -1))
+            logs = container.logs(stdout=True, stderr=True).decode(errors="replace")
+            image_id = container.attrs["Image"]
+        finally:
+            container.remove(force=True)
+        atomic_write(log_path, logs)
+        produced = out / "report.json"
+        if not produced.is_file():
+            tail = " | ".join(logs.strip().splitlines()[-3:])
+            raise SmokeFailed(f"the smoke suite wrote no report (exit {exit_code}): {tail}", hint=f"log: {log_path}")
+        try:
+            report = json.loads(produced.read_text())
+        except ValueError as exc:
+            raise SmokeFailed(f"the smoke report is not JSON: {exc}", hint=f"log: {log_path}") from None
+        report["image_id"] = image_id
+        report["image_ref"] = image_ref
+        report["gpu"] = gpu
+        report["exit_code"] = exit_code
+        atomic_write(report_path, json.dumps(report, indent=2) + "\n")
+        if (out / "junit.xml").is_file():
+            atomic_write(junit_path, (out / "junit.xml").read_text())
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    return SmokeOutcome(image_id, report_path, junit_path, log_path, report, exit_code)
+
+
+def judge(outcome: SmokeOutcome) -> tuple[list[str], SmokeFailed | None]:
+    """Lines to print, and SmokeFailed (exit 4) unless the suite exited 0 and the report says passed."""
+    checks = outcome.report.get("checks") or []
+    lines = [
+        f"{c.get('status', '?'):8} {c.get('name')}" + (f"  ({c['reason']})" if c.get("reason") else "") for c in checks
+    ]
+    failed = [c.get("name") for c in checks if c.get("status") == "failed"]
+    if outcome.exit_code != 0 or outcome.report.get("passed") is not True or failed:
+        what = ", ".join(map(str, failed)) or f"suite exit {outcome.exit_code}"
+        return lines, SmokeFailed(
+            f"smoke failed in {outcome.image_id[:19]}: {what}", hint=f"report: {outcome.report_path}"
+        )
+    return lines, None

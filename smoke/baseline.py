@@ -1,0 +1,53 @@
+"""Throughput regressions against a previous report: a drop beyond the tolerance fails the check."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from smoke.manifest import ManifestError
+from smoke.result import FAILED, PASSED, CheckResult
+
+
+def load(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except json.JSONDecodeError as exc:
+        raise ManifestError(f"baseline {path}: invalid JSON at line {exc.lineno}: {exc.msg}") from exc
+    except OSError as exc:
+        raise ManifestError(f"baseline {path}: {exc.strerror}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("checks"), list):
+        raise ManifestError(f"baseline {path}: not a smoke report (no 'checks' list)")
+    return data
+
+
+def apply(results: list[CheckResult], baseline: dict[str, Any], arch: str, tolerance: float) -> dict[str, Any]:
+    """Fail checks whose throughput fell more than ``tolerance`` below the baseline's; returns a summary."""
+    summary: dict[str, Any] = {"tolerance": tolerance, "baseline_arch": baseline.get("arch"), "compared": 0}
+    if baseline.get("arch") != arch:
+        summary["note"] = f"baseline arch {baseline.get('arch')} != {arch}: throughput not compared"
+        return summary
+    old = {c.get("name"): c.get("throughput") or {} for c in baseline["checks"] if isinstance(c, dict)}
+    regressions: list[str] = []
+    for res in results:
+        if res.status not in (PASSED, FAILED):
+            continue
+        before = old.get(res.name) or {}
+        for key, value in res.throughput.items():
+            ref = before.get(key)
+            if not isinstance(ref, (int, float)) or ref <= 0:
+                continue
+            summary["compared"] += 1
+            ratio = value / ref
+            res.numbers.setdefault("vs_baseline", {})[key] = round(ratio, 4)
+            if ratio < 1 - tolerance:
+                drop = (1 - ratio) * 100
+                msg = f"throughput regression: {key} {value:.4g} is {drop:.1f}% below baseline {ref:.4g}"
+                res.fail(msg)
+                regressions.append(f"{res.name}: {msg}")
+        if res.failures:
+            res.finish()
+            res.status = FAILED
+    summary["regressions"] = regressions
+    return summary

@@ -1,0 +1,185 @@
+"""Every SDPA backend the image promises for this arch, each forced alone, against a float64 reference.
+
+Forcing one backend makes an unavailable one raise instead of silently falling back to math, which is
+the failure users meet (flash attention quietly 12x slower). The flash-attention package is checked when
+the image has it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import secrets
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from smoke.context import Context
+from smoke.measure import compare, time_fn
+from smoke.result import CheckResult
+
+ATTN_TOL = {torch.float16: (1e-2, 1e-2), torch.bfloat16: (4e-2, 4e-2), torch.float32: (1e-4, 1e-4)}
+TRITON_FLAG = "ROCM_USE_FLASH_ATTN_V2_TRITON"
+BACKEND_ENUM = {
+    "flash": "FLASH_ATTENTION",
+    "efficient": "EFFICIENT_ATTENTION",
+    "cudnn": "CUDNN_ATTENTION",
+    "math": "MATH",
+}
+# (B, H, Sq, Skv, D, causal); causal only with Sq == Skv, where every convention agrees.
+CASES = [(2, 4, 129, 129, 64, False), (2, 4, 129, 129, 64, True), (3, 8, 1, 300, 128, False)]
+GPU_PERF = [(1, 32, 4096, 4096, 128, True), (1, 32, 4096, 4096, 128, False), (32, 32, 1, 4096, 128, False)]
+CPU_PERF = [(1, 4, 256, 256, 64, True)]
+
+
+def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d) + mask) v in float64, from matmul, exp and sum."""
+    q64, k64, v64 = (t.to(torch.float64) for t in (q, k, v))
+    scores = q64 @ k64.transpose(-2, -1) / q.shape[-1] ** 0.5
+    if causal:
+        sq, skv = scores.shape[-2], scores.shape[-1]
+        mask = torch.ones(sq, skv, dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~mask, float("-inf"))
+    scores = scores - scores.amax(dim=-1, keepdim=True)
+    weights = torch.exp(scores)
+    weights = weights / weights.sum(dim=-1, keepdim=True)
+    return weights @ v64
+
+
+@contextmanager
+def only_backend(name: str) -> Iterator[None]:
+    """Allow exactly one SDPA backend (``torch.nn.attention.sdpa_kernel``, or the older context manager)."""
+    attn = importlib.import_module("torch.nn.attention")
+    enum = getattr(attn.SDPBackend, BACKEND_ENUM[name], None)
+    if enum is None:
+        raise RuntimeError(f"this torch has no SDPBackend.{BACKEND_ENUM[name]}")
+    with attn.sdpa_kernel([enum]):
+        yield
+
+
+def run(ctx: Context) -> CheckResult:
+    res = CheckResult("attention")
+    dev = ctx.device
+    backends, source = ctx.manifest.attention_backends(ctx.info.arch, ctx.info.vendor)
+    res.numbers["backends_expected"] = backends
+    res.numbers["backends_source"] = source
+    if not ctx.manifest.present:
+        res.warnings.append(f"no manifest: forcing the default backends {', '.join(backends)}")
+    dtypes = [torch.float16, torch.bfloat16] if ctx.on_gpu else [torch.float32, torch.bfloat16]
+    seed = secrets.randbelow(2**31)
+    res.numbers["seed"] = seed
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    unavailable: set[str] = set()
+    for backend in backends:
+        if backend not in BACKEND_ENUM:
+            res.fail(f"manifest names unknown attention backend {backend!r}")
+            continue
+        per: dict[str, Any] = {}
+        for dtype in dtypes:
+            rtol, atol = ATTN_TOL[dtype]
+            for b, h, sq, skv, d, causal in CASES:
+                q, k, v = (torch.randn(b, h, s, d, generator=gen).to(dev, dtype) for s in (sq, skv, skv))
+                label = f"{backend} {str(dtype)[6:]} B{b} H{h} Sq{sq} Skv{skv} D{d} causal={causal}"
+                try:
+                    with only_backend(backend):
+                        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                except RuntimeError as exc:
+                    unavailable.add(backend)
+                    res.fail(f"{label}: expected backend unavailable: {_first_line(exc)}")
+                    continue
+                err = compare(out, reference(q, k, v, causal), rtol, atol)
+                per[label.split(" ", 1)[1]] = {k2: err[k2] for k2 in ("max_abs_err", "err_ratio") if k2 in err}
+                if not err["ok"]:
+                    res.fail(
+                        f"{label}: max abs err {err.get('max_abs_err', 0):.3g}, "
+                        f"{err.get('err_ratio', 0):.3g}x tolerance"
+                    )
+        res.numbers[f"sdpa_{backend}"] = per
+    _flash_attn_package(ctx, res, gen)
+    _triton_path(ctx, res)
+    _throughput(ctx, res, [b for b in backends if b in BACKEND_ENUM and b not in unavailable])
+    return res.finish()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def _flash_attn_package(ctx: Context, res: CheckResult, gen: torch.Generator) -> None:
+    """The flash-attention package ([B, S, H, D] layout), required when the manifest includes it."""
+    components = ctx.manifest.components_like("flash-attention")
+    try:
+        flash_attn = importlib.import_module("flash_attn")
+    except Exception as exc:  # noqa: BLE001 - any import failure is reported
+        if components and ctx.on_gpu:
+            res.fail(f"manifest includes {', '.join(components)} but import flash_attn failed: {_first_line(exc)}")
+        else:
+            res.numbers["flash_attn_package"] = {
+                "tested": False,
+                "reason": f"not installed ({_first_line(exc)})",
+            }
+        return
+    if not ctx.on_gpu:
+        res.numbers["flash_attn_package"] = {"tested": False, "reason": "needs a GPU"}
+        return
+    fn: Callable[..., torch.Tensor] = flash_attn.flash_attn_func
+    per: dict[str, Any] = {"version": getattr(flash_attn, "__version__", None)}
+    for b, h, sq, skv, d, causal in CASES:
+        q, k, v = (torch.randn(b, s, h, d, generator=gen).to(ctx.device, torch.float16) for s in (sq, skv, skv))
+        label = f"B{b} H{h} Sq{sq} Skv{skv} D{d} causal={causal}"
+        try:
+            out = fn(q, k, v, causal=causal)
+        except Exception as exc:  # noqa: BLE001 - a crash is this case's failure
+            res.fail(f"flash_attn.flash_attn_func {label}: {_first_line(exc)}")
+            continue
+        ref = reference(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal).transpose(1, 2)
+        err = compare(out, ref, *ATTN_TOL[torch.float16])
+        per[label] = {k2: err[k2] for k2 in ("max_abs_err", "err_ratio") if k2 in err}
+        if not err["ok"]:
+            res.fail(f"flash_attn.flash_attn_func {label}: max abs err {err.get('max_abs_err', 0):.3g}")
+    res.numbers["flash_attn_package"] = per
+
+
+def _triton_path(ctx: Context, res: CheckResult) -> None:
+    """The runtime's Triton flash-attention path (``ROCM_USE_FLASH_ATTN_V2_TRITON``) needs Triton for this arch."""
+    flag = os.environ.get(TRITON_FLAG, "")
+    info: dict[str, Any] = {TRITON_FLAG: flag or None}
+    try:
+        triton = importlib.import_module("triton")
+        info["version"] = getattr(triton, "__version__", None)
+    except Exception as exc:  # noqa: BLE001 - any import failure is reported
+        info["version"] = None
+        if flag.lower() in ("1", "true") and ctx.on_gpu:
+            res.fail(f"{TRITON_FLAG}={flag} but import triton failed: {_first_line(exc)}")
+    res.numbers["triton"] = info
+
+
+def _throughput(ctx: Context, res: CheckResult, backends: list[str]) -> None:
+    """TFLOP/s per backend, counting 4*B*H*Sq*Skv*D, halved when causal."""
+    dev = ctx.device
+    dtype = torch.float16 if ctx.on_gpu else torch.float32
+    shapes = GPU_PERF if ctx.on_gpu else CPU_PERF
+    for backend in backends:
+        for b, h, sq, skv, d, causal in shapes:
+            q = torch.randn(b, h, sq, d, device=dev, dtype=dtype)
+            k = torch.randn(b, h, skv, d, device=dev, dtype=dtype)
+            v = torch.randn(b, h, skv, d, device=dev, dtype=dtype)
+            flops = 4 * b * h * sq * skv * d / (2 if causal else 1)
+            iters = 3 if backend == "math" else (10 if ctx.on_gpu else 3)
+            try:
+                with only_backend(backend):
+                    t = time_fn(
+                        lambda q=q, k=k, v=v, c=causal: F.scaled_dot_product_attention(q, k, v, is_causal=c),
+                        dev,
+                        iters=iters,
+                        warmup=1,
+                    )
+            except RuntimeError as exc:
+                res.fail(f"{backend} B{b} H{h} Sq{sq} Skv{skv} D{d} causal={causal}: {_first_line(exc)}")
+                continue
+            kind = "decode" if sq == 1 else ("causal" if causal else "full")
+            res.throughput[f"sdpa_{backend}_{kind}_B{b}H{h}S{skv}D{d}_TFLOPs"] = flops / t / 1e12

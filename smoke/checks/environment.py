@@ -1,0 +1,128 @@
+"""Is the GPU there, is it one the image was built for, and are torch and its runtime the promised ones."""
+
+from __future__ import annotations
+
+import re
+
+from smoke.context import Context
+from smoke.device import gfx_from_override
+from smoke.manifest import arch_base, arch_matches
+from smoke.result import CheckResult
+
+
+def release(version: str | None) -> tuple[int, ...]:
+    """Leading numeric release: '2.3.0a0+git1' -> (2, 3, 0), '6.1.40093-bd86' -> (6, 1, 40093)."""
+    match = re.match(r"\d+(\.\d+)*", version or "")
+    return tuple(int(p) for p in match.group(0).split(".")) if match else ()
+
+
+def same_version(found: str | None, expected: str) -> bool:
+    """``found`` agrees with ``expected`` in every component ``expected`` gives (6.1 matches 6.1.40093)."""
+    want, have = release(expected), release(found)
+    return bool(want) and have[: len(want)] == want
+
+
+def run(ctx: Context) -> CheckResult:
+    res = CheckResult("environment")
+    info, man = ctx.info, ctx.manifest
+    res.numbers.update(
+        {
+            "device": info.device,
+            "device_requested": info.requested,
+            "gpu_visible": info.gpu_visible,
+            "arch": info.arch,
+            "gpu_name": info.name,
+            "vendor": info.vendor,
+            "native_arch": info.native_arch,
+            "torch_arch_list": info.torch_arches,
+            "versions": info.versions,
+            "image_arches": man.gpu_arches,
+            "image_experimental_arches": man.experimental_arches,
+            "kernels_json": man.kernels,
+        }
+    )
+    _check_gpu(ctx, res)
+    _check_versions(ctx, res)
+    return res.finish()
+
+
+def _check_gpu(ctx: Context, res: CheckResult) -> None:
+    info, man = ctx.info, ctx.manifest
+    if not ctx.on_gpu:
+        if info.requested == "cuda":
+            res.fail("--device cuda asked for a GPU but torch sees none (torch.cuda.is_available() is False)")
+        elif info.requested == "auto" and ctx.gpu_expected():
+            res.fail(f"no GPU visible, but the image was built for {', '.join(man.image_arches())}")
+        elif ctx.gpu_expected():
+            res.warnings.append("running on cpu (--device cpu): the GPU checks of this image did not run")
+        return
+    if info.probe_error:
+        res.fail(f"the GPU is visible but could not be queried: {info.probe_error}")
+        return
+    if man.present:
+        if not man.image_arches():
+            res.fail(f"a GPU ({info.arch}) is visible but the image was built for no GPU arch (cpu image)")
+        elif not man.supports(info.arch):
+            res.fail(
+                f"device arch {info.arch} is not among the arches the image was built for: "
+                f"{', '.join(man.image_arches())}"
+            )
+        elif not any(arch_matches(info.arch, a) for a in man.gpu_arches):
+            res.warnings.append(f"device arch {info.arch} is experimental in this image")
+    else:
+        res.warnings.append("no manifest: the device arch was not checked against the image's arches")
+    if info.torch_arches and not _torch_covers(info.arch, info.torch_arches):
+        res.warnings.append(f"torch was compiled for {', '.join(info.torch_arches)}, not for {info.arch}")
+    kernels = man.kernels
+    if kernels is not None:
+        objects = [str(a) for a in kernels.get("code_objects") or []]
+        if not any(arch_matches(info.arch, a) for a in objects):
+            res.fail(
+                f"kernels.json: {kernels.get('library')} holds code objects for "
+                f"{', '.join(objects) or 'none'}, "
+                f"not for device arch {info.arch}"
+            )
+    _check_override(ctx, res)
+
+
+def _torch_covers(arch: str, torch_arches: list[str]) -> bool:
+    if arch.startswith("sm_"):
+        cc = int(arch[3:])
+        return any(a == arch or (a.startswith("compute_") and int(a[8:]) <= cc) for a in torch_arches)
+    return any(arch_base(a) == arch_base(arch) for a in torch_arches)
+
+
+def _check_override(ctx: Context, res: CheckResult) -> None:
+    """A leftover ``HSA_OVERRIDE_GFX_VERSION`` makes the GPU run code for another arch: flag it."""
+    info, man = ctx.info, ctx.manifest
+    if not info.hsa_override or info.vendor != "amd":
+        return
+    res.numbers["hsa_override_gfx_version"] = info.hsa_override
+    res.numbers["override_arch"] = gfx_from_override(info.hsa_override)
+    native = info.native_arch
+    if native is None:
+        res.warnings.append(
+            f"HSA_OVERRIDE_GFX_VERSION={info.hsa_override} is set and the native arch is unknown "
+            "(no KFD topology): the GPU may be running code for another arch"
+        )
+    elif not man.present or man.supports(native):
+        res.warnings.append(
+            f"HSA_OVERRIDE_GFX_VERSION={info.hsa_override} is set although the native arch {native} is "
+            "supported by this image: unset it"
+        )
+
+
+def _check_versions(ctx: Context, res: CheckResult) -> None:
+    info, man = ctx.info, ctx.manifest
+    if not man.present:
+        return
+    want = man.versions
+    have = info.versions
+    pairs = [("torch", "torch"), ("rocm", "hip"), ("cuda", "cuda"), ("python", "python")]
+    for key, have_key in pairs:
+        expected = want.get(key)
+        if expected is None:
+            continue
+        found = have.get(have_key)
+        if not same_version(found, str(expected)):
+            res.fail(f"{key} version {found} does not equal the manifest's {expected}")

@@ -1,0 +1,142 @@
+"""``python -m smoke``: run the checks, print a summary, write the reports.
+
+Exit codes: 0 nothing failed, 1 a check failed, 2 usage error (bad option, unreadable manifest or baseline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import shlex
+import sys
+import time
+import traceback
+from typing import Any, NoReturn
+
+from smoke import baseline as baseline_mod
+from smoke import manifest as manifest_mod
+from smoke import report as report_mod
+from smoke.result import FAILED, CheckResult
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+CHECK_NAMES = ["environment", "silu", "linear", "attention", "tunableop", "runtime"]
+
+
+class UsageError(Exception):
+    """Printed as one ``error:`` line, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = _Parser(prog="python -m smoke", description="In-image smoke suite for imagebuild images.")
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    p.add_argument("--report", metavar="PATH", help="write the JSON report here")
+    p.add_argument("--junit", metavar="PATH", help="write JUnit XML here")
+    p.add_argument("--baseline", metavar="FILE", help="a previous report: throughput drops fail")
+    p.add_argument("--baseline-tolerance", type=float, default=0.10, metavar="FRACTION")
+    p.add_argument("--only", metavar="NAMES", help=f"comma/space separated subset of: {', '.join(CHECK_NAMES)}")
+    p.add_argument("--manifest", metavar="PATH", help="image manifest (default $IMAGEBUILD_MANIFEST or /opt/...)")
+    p.add_argument("--kernels-json", metavar="PATH", help="kernels.json (default /opt/imagebuild/kernels.json)")
+    p.add_argument("--debug", action="store_true", help="print tracebacks of checks that raised")
+    args = p.parse_args(argv)
+    if not 0 <= args.baseline_tolerance < 1:
+        raise UsageError("--baseline-tolerance must be in [0, 1)")
+    args.only_list = select(args.only)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    return args
+
+
+def select(only: str | None) -> list[str]:
+    if not only:
+        return list(CHECK_NAMES)
+    names = [n for n in re.split(r"[,;\s]+", only) if n]
+    for name in names:
+        if name not in CHECK_NAMES:
+            close = difflib.get_close_matches(name, CHECK_NAMES, n=1)
+            hint = f" Perhaps you meant {close[0]!r}?" if close else f" Known: {', '.join(CHECK_NAMES)}."
+            raise UsageError(f"--only: unknown check {name!r}.{hint}")
+    return [n for n in CHECK_NAMES if n in names]
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+        manifest = manifest_mod.load(args.manifest, args.kernels_json)
+        base = baseline_mod.load(args.baseline) if args.baseline else None
+    except (UsageError, manifest_mod.ManifestError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return run_suite(args, manifest, base)
+
+
+def run_suite(args: argparse.Namespace, manifest: manifest_mod.Manifest, base: dict[str, Any] | None) -> int:
+    # torch is imported only here, so usage errors answer fast and without it.
+    from smoke.checks import CHECKS
+    from smoke.context import Context
+    from smoke.device import probe
+
+    ctx = Context(info=probe(args.device), manifest=manifest, debug=args.debug)
+    if not manifest.present:
+        print(f"smoke: no manifest at {manifest.path}: running with defaults")
+    where = f"{ctx.info.device} {ctx.info.arch}" + (f" ({ctx.info.name})" if ctx.info.name else "")
+    print(f"smoke: device {where}, torch {ctx.info.versions['torch']}")
+    results: list[CheckResult] = []
+    gpu_down = False
+    for name in args.only_list:
+        start = time.perf_counter()
+        if gpu_down and name not in ("environment", "runtime"):
+            res = CheckResult(name).skip("no usable GPU (see the environment check)")
+        else:
+            res = _run_one(name, CHECKS[name], ctx)
+        res.duration_s = time.perf_counter() - start
+        if name == "environment" and args.device == "cuda" and not ctx.on_gpu:
+            gpu_down = True
+        results.append(res)
+    extra: dict[str, Any] = {
+        "command": " ".join(["python -m smoke", *(shlex.quote(a) for a in args.argv)]),
+        "options": {"device": args.device, "only": args.only_list},
+    }
+    if base is not None:
+        extra["baseline"] = {
+            "file": args.baseline,
+            **baseline_mod.apply(results, base, ctx.info.arch, args.baseline_tolerance),
+        }
+    for res in results:
+        _print_result(res)
+    rep = report_mod.build(ctx, results, extra)
+    for path, render in ((args.report, report_mod.to_json), (args.junit, report_mod.to_junit)):
+        if not path:
+            continue
+        try:
+            report_mod.write_atomic(path, render(rep))
+        except OSError as exc:
+            print(f"error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_USAGE
+    failed = [r.name for r in results if r.status == FAILED]
+    print(f"smoke: {'FAILED: ' + ', '.join(failed) if failed else 'passed'}")
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _run_one(name: str, fn: Any, ctx: Any) -> CheckResult:
+    try:
+        return fn(ctx)
+    except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
+        if ctx.debug:
+            traceback.print_exc()
+        res = CheckResult(name)
+        res.fail(f"raised {type(exc).__name__}: {exc}")
+        return res.finish()
+
+
+def _print_result(res: CheckResult) -> None:
+    line = f"{res.status.upper():7} {res.name:12} {res.duration_s:6.1f}s"
+    if res.reason:
+        line += f"  {res.reason[:400]}"
+    print(line)
+    for warning in res.warnings:
+        print(f"        warning: {warning}")

@@ -1,0 +1,90 @@
+"""The JSON report and JUnit XML (docs/contracts.md), written whole or not at all."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from smoke import REPORT_SCHEMA_VERSION, __version__
+from smoke.context import Context
+from smoke.result import FAILED, SKIPPED, CheckResult
+
+
+def build(ctx: Context, results: list[CheckResult], extra: dict[str, Any]) -> dict[str, Any]:
+    man = ctx.manifest
+    manifest: dict[str, Any] = {"present": man.present, "path": man.path, "target": man.target}
+    if not man.present:
+        manifest["note"] = "no manifest: ran with defaults"
+    return {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "passed": all(r.status != FAILED for r in results),
+        "image_id": None,
+        "device": ctx.info.device,
+        "arch": ctx.info.arch,
+        "gpu_name": ctx.info.name,
+        "versions": {k: ctx.info.versions.get(k) for k in ("torch", "cuda", "hip", "python")},
+        "manifest": manifest,
+        "kernels": man.kernels,
+        "smoke_version": __version__,
+        **extra,
+        "checks": [r.to_json() for r in results],
+    }
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write to a temp file beside ``path`` and rename, so a reader never sees half a report."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".smoke-", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def to_json(report: dict[str, Any]) -> str:
+    return json.dumps(report, indent=2, sort_keys=False, default=str) + "\n"
+
+
+def to_junit(report: dict[str, Any]) -> str:
+    """One testsuite, one testcase per check; failures and skips carry the check's reason."""
+    checks = report["checks"]
+    suite = ET.Element(
+        "testsuite",
+        {
+            "name": "smoke",
+            "tests": str(len(checks)),
+            "failures": str(sum(c["status"] == FAILED for c in checks)),
+            "skipped": str(sum(c["status"] == SKIPPED for c in checks)),
+            "errors": "0",
+            "time": f"{sum(c['duration_s'] for c in checks):.3f}",
+        },
+    )
+    props = ET.SubElement(suite, "properties")
+    for key in ("device", "arch", "gpu_name"):
+        ET.SubElement(props, "property", {"name": key, "value": str(report.get(key))})
+    for key, value in report["versions"].items():
+        ET.SubElement(props, "property", {"name": f"version.{key}", "value": str(value)})
+    for check in checks:
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            {"classname": "smoke", "name": check["name"], "time": f"{check['duration_s']:.3f}"},
+        )
+        if check["status"] == FAILED:
+            ET.SubElement(case, "failure", {"message": check["reason"] or "failed"}).text = check["reason"]
+        elif check["status"] == SKIPPED:
+            ET.SubElement(case, "skipped", {"message": check["reason"] or "skipped"})
+        out = {"numbers": check["numbers"], "throughput": check["throughput"], "warnings": check["warnings"]}
+        ET.SubElement(case, "system-out").text = json.dumps(out, default=str)
+    root = ET.Element("testsuites")
+    root.append(suite)
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

@@ -1,0 +1,141 @@
+"""Fixtures of the end-to-end tests: a real engine, the loopback registry, scratch registries that a test
+may stop, and the local-cpu image built once per session (the slow part) and shared by every test.
+
+Without an engine these tests skip, unless IMAGEBUILD_REQUIRE_ENGINE=1 (CI), where they fail instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from e2e_helpers import DOCKER, REGISTRY, Run, _unavailable, imagebuild
+
+
+@pytest.fixture(scope="session")
+def engine() -> str:
+    from imagebuild.engine import find_engine
+    from imagebuild.errors import ConfigError
+
+    try:
+        return find_engine().describe()
+    except ConfigError as exc:
+        _unavailable(f"no container engine: {exc}")
+        raise
+
+
+@pytest.fixture(scope="session")
+def registry(engine: str) -> str:
+    try:
+        requests.get(f"http://{REGISTRY}/v2/", timeout=5).raise_for_status()
+    except requests.RequestException as exc:
+        _unavailable(f"no registry on {REGISTRY}: {exc}")
+    return REGISTRY
+
+
+class ScratchRegistry:
+    """A docker-registry of its own on a free loopback port, which a test may stop and start again."""
+
+    def __init__(self, root: Path) -> None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.addr = f"127.0.0.1:{self.port}"
+        self.root = root
+        (root / "data").mkdir(parents=True, exist_ok=True)
+        self.config = root / "config.yml"
+        self.config.write_text(
+            "version: 0.1\nlog: {level: warn}\n"
+            f"storage: {{filesystem: {{rootdirectory: {root / 'data'}}}, delete: {{enabled: true}}}}\n"
+            f"http: {{addr: {self.addr}}}\n"
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log = open(self.root / "registry.log", "ab")  # noqa: SIM115 - closed with the process
+        self.proc = subprocess.Popen(
+            ["docker-registry", "serve", str(self.config)], stdout=log, stderr=log, start_new_session=True
+        )
+        for _ in range(80):
+            try:
+                requests.get(f"http://{self.addr}/v2/", timeout=1)
+                return
+            except requests.RequestException:
+                time.sleep(0.1)
+        raise RuntimeError(f"scratch registry on {self.addr} did not start; see {self.root / 'registry.log'}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+    def uploads_started(self) -> bool:
+        return any((self.root / "data").rglob("_uploads"))
+
+
+@pytest.fixture
+def scratch_registry(engine: str, tmp_path: Path) -> Iterator[ScratchRegistry]:
+    if shutil.which("docker-registry") is None:
+        _unavailable("docker-registry is not installed")
+    reg = ScratchRegistry(tmp_path / "registry")
+    reg.start()
+    yield reg
+    reg.stop()
+
+
+@dataclass
+class Built:
+    image_id: str
+    tags: list[str]
+    report: dict[str, Any]
+    report_path: Path
+    build: Run
+
+
+@pytest.fixture(scope="session")
+def local_cpu(engine: str, tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """`imagebuild build local-cpu` once per session (cached after the first CI run on a machine)."""
+    report_path = tmp_path_factory.mktemp("build") / "build-report.json"
+    run = imagebuild("build", "local-cpu", "--report", str(report_path))
+    assert run.returncode == 0, run.output[-4000:]
+    report = json.loads(report_path.read_text())
+    entry = report["targets"][0]
+    return Built(entry["image_id"], entry["tags"], report, report_path, run)
+
+
+@pytest.fixture(scope="session")
+def smoked_local_cpu(local_cpu: Built, tmp_path_factory: pytest.TempPathFactory) -> tuple[Built, Path]:
+    """local-cpu smoked on CPU in its container; returns the build and the smoke report path."""
+    report = tmp_path_factory.mktemp("smoke") / "report.json"
+    run = imagebuild("smoke", "local-cpu", "--gpu", "none", "--report", str(report))
+    assert run.returncode == 0, run.output[-4000:]
+    return local_cpu, report
+
+
+@pytest.fixture(scope="session")
+def failing_image(local_cpu: Built) -> str:
+    """A tiny image FROM local-cpu whose manifest claims imagebuild-kernels, which is uninstalled: smoke fails."""
+    tag = "imagebuild-e2e:smoke-fails"
+    dockerfile = f"FROM {local_cpu.tags[1]}\nRUN pip uninstall -y imagebuild-kernels\n"  # BuildKit: FROM needs a name
+    proc = subprocess.run(
+        [DOCKER, "build", "-q", "--network", "host", "-t", tag, "-"],
+        input=dockerfile,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DOCKER_BUILDKIT": "1"},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return tag

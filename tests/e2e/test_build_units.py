@@ -1,0 +1,155 @@
+"""Host-side pieces of build/bake/publish that need no engine: argv, log parsing, secrets, labels, refs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from imagebuild.bake import bake_file
+from imagebuild.build import BuildSpec, GitInfo, LogSummary, collect_secrets, command
+from imagebuild.buildplan import PlanOptions, labels_for, plan, select_targets
+from imagebuild.engine import Engine
+from imagebuild.errors import ConfigError
+from imagebuild.matrix import load_matrix
+from imagebuild.publish import find_passing_report
+from imagebuild.registry import RepoRef
+
+REPO = Path(__file__).resolve().parents[2]
+NATIVE = Engine("/usr/bin/docker", "buildkit", "20.10.24", "20.10.24", {"DOCKER_BUILDKIT": "1"})
+BUILDX = Engine("/usr/bin/docker", "buildx", "28.2.2", "28.2.2")
+
+
+def spec(**kwargs: object) -> BuildSpec:
+    base: dict[str, object] = {
+        "target": "t",
+        "context": Path("/ctx"),
+        "dockerfile": Path("/ctx/Dockerfile"),
+        "tags": ["imagebuild:t"],
+        "log_path": Path("/tmp/t.log"),
+    }
+    return BuildSpec(**{**base, **kwargs})  # type: ignore[arg-type]
+
+
+def test_argv_has_host_network_secrets_by_file_and_labels() -> None:
+    argv = command(spec(secrets={"pipcert": Path("/ca.crt")}, labels={"a": "1"}, build_args={"X": "y"}), NATIVE)
+    assert argv[:3] == ["/usr/bin/docker", "build", "--progress"]
+    assert argv[argv.index("--network") + 1] == "host"
+    assert "id=pipcert,src=/ca.crt" in argv and "--label" in argv and "X=y" in argv
+    assert argv[-1] == "/ctx"
+
+
+def test_buildx_loads_and_takes_builder_and_registry_cache() -> None:
+    argv = command(spec(builder="remote", cache_to=["type=registry,ref=r/c"]), BUILDX)
+    assert argv[1:3] == ["buildx", "build"] and "--load" in argv
+    assert argv[argv.index("--builder") + 1] == "remote"
+    assert argv[argv.index("--cache-to") + 1] == "type=registry,ref=r/c"
+
+
+def test_without_buildx_builder_and_registry_cache_to_are_usage_errors() -> None:
+    with pytest.raises(ConfigError, match="buildx"):
+        command(spec(builder="remote"), NATIVE)
+    with pytest.raises(ConfigError, match="type=inline"):
+        command(spec(cache_to=["type=registry,ref=r/c"]), NATIVE)
+    assert "BUILDKIT_INLINE_CACHE=1" in command(spec(cache_to=["type=inline"]), NATIVE)
+
+
+def test_log_summary_counts_cached_steps_and_names_the_failing_one() -> None:
+    summary = LogSummary()
+    for line in [
+        "#4 [base 1/3] FROM docker.io/local/debian:bookworm",
+        "#5 [base 2/3] RUN apt-get update",
+        "#5 CACHED",
+        "#6 [base 3/3] RUN exit 7",
+        "#6 ERROR: executor failed running [/bin/sh -c exit 7]: exit code: 7",
+        "#7 [internal] load build context",
+    ]:
+        summary.feed(line)
+    assert summary.failed == "[base 3/3] RUN exit 7"
+    assert summary.build_steps == ["5", "6"] and summary.cached == {"5"}
+
+
+def test_secret_values_become_files_and_are_scrubbed(tmp_path: Path) -> None:
+    env = {
+        "PIP_INDEX_URL": "https://user:s3cr3t-token@index.example/simple",
+        "TOKEN": "tok-123456",
+        "PIP_CERT": "/nope",
+    }
+    secrets = collect_secrets(env, ["id=registry-token,env=TOKEN"])
+    try:
+        assert set(secrets.files) == {"pipindex", "registry-token"}  # a missing CA bundle is simply not passed
+        assert secrets.files["pipindex"].read_text() == env["PIP_INDEX_URL"]
+        assert oct(secrets.files["pipindex"].stat().st_mode & 0o777) == "0o600"
+        line = secrets.scrub(f"url {env['PIP_INDEX_URL']} pw s3cr3t-token tok tok-123456")
+        assert "s3cr3t" not in line and "tok-123456" not in line
+        argv = command(spec(secrets=secrets.files), NATIVE)
+        assert not any("s3cr3t" in arg or "tok-123456" in arg for arg in argv)
+    finally:
+        secrets.cleanup()
+    with pytest.raises(ConfigError, match="id=NAME"):
+        collect_secrets({}, ["nonsense"])
+
+
+def test_labels_summarise_the_manifest() -> None:
+    manifest = json.loads((REPO / "dockerfiles/rocm6.1-torch2.3/manifest.json").read_text())
+    labels = labels_for(manifest, "abc", GitInfo("deadbeef", "deadbee", "2026-01-01T00:00:00+00:00"))
+    assert labels["io.imagebuild.target"] == "rocm6.1-torch2.3"
+    assert labels["io.imagebuild.arches"] == ";".join(manifest["gpu_arches"])
+    assert labels["io.imagebuild.patches"] == "tunableop-hipblaslt-fix"
+    assert labels["org.opencontainers.image.revision"] == "deadbeef"
+    assert json.loads(labels["io.imagebuild.components"])["imagebuild-kernels"] == manifest["gpu_arches"]
+
+
+def test_arch_selects_targets_whose_platform_has_it_and_renders_for_it_alone() -> None:
+    matrix = load_matrix(REPO / "matrix.yaml")
+    assert [t.name for t in select_targets(matrix, [], "gfx942")] == ["rocm6.1-torch2.3"]
+    assert [t.name for t in select_targets(matrix, [], "sm_90")] == ["cuda12.1-torch2.3"]
+    (only,) = plan(matrix, [], PlanOptions(arch="gfx942"), env={})
+    assert only.build_args["PYTORCH_ROCM_ARCH"] == "gfx942"
+    assert only.render_dir == REPO / "build/render/rocm6.1-torch2.3"
+    assert "build/render/rocm6.1-torch2.3/manifest.json" in only.rendered_files["Dockerfile"]
+    (default,) = plan(matrix, ["rocm6.1-torch2.3"], PlanOptions(), env={})
+    assert default.render_dir is None and default.dockerfile == REPO / "dockerfiles/rocm6.1-torch2.3/Dockerfile"
+    assert "gfx90a" in default.build_args["PYTORCH_ROCM_ARCH"]
+
+
+def test_bake_file_matches_the_build_plan_and_holds_no_secret_values() -> None:
+    matrix = load_matrix(REPO / "matrix.yaml")
+    specs = plan(matrix, [], PlanOptions(cache_from=("type=registry,ref=c",)), env={"PIP_FIND_LINKS": "/opt/wheels"})
+    bake = bake_file(specs, REPO)
+    assert bake["group"]["default"]["targets"] == [s.target for s in specs]
+    entry = bake["target"]["local-cpu"]
+    assert entry["dockerfile"] == "dockerfiles/local-cpu/Dockerfile" and entry["network"] == "host"
+    assert entry["cache-from"] == ["type=registry,ref=c"]
+    assert all(s.startswith("id=") and ("src=${" in s or "env=" in s) for s in entry["secret"])
+
+
+def test_registry_ref_parsing() -> None:
+    ref = RepoRef.parse("127.0.0.1:5000/team/imagebuild")
+    assert (ref.host, ref.repo, ref.base_url) == ("127.0.0.1:5000", "team/imagebuild", "http://127.0.0.1:5000")
+    assert RepoRef.parse("ghcr.io/org/img").base_url == "https://ghcr.io"
+    for bad in ("127.0.0.1:5000", "host/UPPER", "ho st/x"):
+        with pytest.raises(ValueError):
+            RepoRef.parse(bad)
+
+
+def test_publish_gate_needs_a_passing_report_for_that_exact_id(tmp_path: Path) -> None:
+    good, bad = tmp_path / "a.json", tmp_path / "b.json"
+    good.write_text(json.dumps({"image_id": "sha256:aa", "passed": True}))
+    bad.write_text(json.dumps({"image_id": "sha256:bb", "passed": False}))
+    assert find_passing_report("sha256:aa", [bad, good]) == good
+    assert find_passing_report("sha256:bb", [bad, good]) is None
+    assert find_passing_report("sha256:cc", [good]) is None
+
+
+def test_device_flags_per_gpu_kind() -> None:
+    from imagebuild.smoke import device_options
+
+    rocm = device_options("rocm")
+    assert rocm["devices"] == ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]
+    assert rocm["group_add"] == ["video"] and rocm["security_opt"] == ["seccomp=unconfined"]
+    assert rocm["ipc_mode"] == "host"
+    (request,) = device_options("cuda")["device_requests"]
+    assert request["Count"] == -1 and request["Capabilities"] == [["gpu"]]
+    assert device_options("none") == {}
