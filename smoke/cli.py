@@ -76,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_suite(args: argparse.Namespace, manifest: manifest_mod.Manifest, base: dict[str, Any] | None) -> int:
     # torch is imported only here, so usage errors answer fast and without it.
+    try:
+        import torch  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - a broken torch is the image's failure, reported as such
+        return _no_torch(args, manifest, f"import torch failed: {type(exc).__name__}: {exc}")
     from smoke.checks import CHECKS
     from smoke.context import Context
     from smoke.device import probe
@@ -109,6 +113,23 @@ def run_suite(args: argparse.Namespace, manifest: manifest_mod.Manifest, base: d
     for res in results:
         _print_result(res)
     rep = report_mod.build(ctx, results, extra)
+    return _finish(args, rep, results)
+
+
+def _no_torch(args: argparse.Namespace, manifest: manifest_mod.Manifest, reason: str) -> int:
+    results = [CheckResult(n).skip("torch is not importable") for n in args.only_list]
+    if results and results[0].name == "environment":
+        results[0] = CheckResult("environment", status=FAILED, reason=reason)
+    else:
+        results.insert(0, CheckResult("environment", status=FAILED, reason=reason))
+    info = {"present": manifest.present, "path": manifest.path, "target": manifest.target}
+    rep = report_mod.without_torch(info, results, {"options": {"device": args.device, "only": args.only_list}})
+    for res in results:
+        _print_result(res)
+    return _finish(args, rep, results)
+
+
+def _finish(args: argparse.Namespace, rep: dict[str, Any], results: list[CheckResult]) -> int:
     for path, render in ((args.report, report_mod.to_json), (args.junit, report_mod.to_junit)):
         if not path:
             continue

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import tempfile
 import xml.etree.ElementTree as ET
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from smoke import REPORT_SCHEMA_VERSION, __version__
-from smoke.context import Context
 from smoke.result import FAILED, SKIPPED, CheckResult
+
+if TYPE_CHECKING:
+    from smoke.context import Context
 
 
 def build(ctx: Context, results: list[CheckResult], extra: dict[str, Any]) -> dict[str, Any]:
@@ -28,6 +31,24 @@ def build(ctx: Context, results: list[CheckResult], extra: dict[str, Any]) -> di
         "versions": {k: ctx.info.versions.get(k) for k in ("torch", "cuda", "hip", "python")},
         "manifest": manifest,
         "kernels": man.kernels,
+        "smoke_version": __version__,
+        **extra,
+        "checks": [r.to_json() for r in results],
+    }
+
+
+def without_torch(manifest: dict[str, Any], results: list[CheckResult], extra: dict[str, Any]) -> dict[str, Any]:
+    """The report of an image whose torch does not import: nothing could run."""
+    return {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "passed": False,
+        "image_id": None,
+        "device": None,
+        "arch": None,
+        "gpu_name": None,
+        "versions": {"torch": None, "cuda": None, "hip": None, "python": platform.python_version()},
+        "manifest": manifest,
+        "kernels": None,
         "smoke_version": __version__,
         **extra,
         "checks": [r.to_json() for r in results],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -99,6 +100,12 @@ def test_bad_input_gives_one_clear_error(call, message: str) -> None:
     assert str(info.value).startswith("imagebuild::")
 
 
+@pytest.mark.skipif(k.HAS_DEVICE_KERNELS, reason="this install has the compiled extension")
+def test_library_path_without_extension_is_a_clear_error() -> None:
+    with pytest.raises(RuntimeError, match="installed CPU-only"):
+        k.library_path()
+
+
 def test_fake_implementations_give_shapes_without_data() -> None:
     x = torch.empty(6, 2 * 24, device="meta", dtype=torch.bfloat16)
     assert torch.ops.imagebuild.silu_and_mul(x).shape == (6, 24)
@@ -145,10 +152,12 @@ def test_torch_compile_reports_bad_input() -> None:
 def test_cpu_only_install_compiles_nothing(tmp_path: Path) -> None:
     """`pip install ./kernels` with IMAGEBUILD_KERNELS_CPU_ONLY=1: no extension, ops usable from the install."""
     target = tmp_path / "site"
+    source = tmp_path / "kernels"  # a copy: pip builds in the source tree, keep the checkout clean
+    shutil.copytree(KERNELS, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "*.so"))
     env = {**os.environ, "IMAGEBUILD_KERNELS_CPU_ONLY": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     build = subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps", "--target", str(target)]
-        + [str(KERNELS)],
+        + [str(source)],
         capture_output=True,
         text=True,
         env=env,

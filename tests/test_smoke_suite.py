@@ -182,3 +182,23 @@ def test_bad_manifest_json_is_a_usage_error(tmp_path: Path) -> None:
     proc = run_smoke(tmp_path, "--manifest", str(bad))
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"error: manifest {bad}: invalid JSON at line 2: Expecting value"
+
+
+def test_image_whose_torch_does_not_import_fails_with_a_report(tmp_path: Path, manifest: Path) -> None:
+    report, junit = tmp_path / "report.json", tmp_path / "junit.xml"
+    proc = run_smoke(
+        tmp_path,
+        "--manifest",
+        str(manifest),
+        "--report",
+        str(report),
+        "--junit",
+        str(junit),
+        sitecustomize="import sys\nsys.modules['torch'] = None\n",
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    checks = checks_by_name(report)
+    assert checks["environment"]["status"] == "failed"
+    assert checks["environment"]["reason"].startswith("import torch failed: ")
+    assert {checks[n]["status"] for n in ALL[1:]} == {"skipped"}
+    assert ET.parse(junit).getroot().find("testsuite").get("failures") == "1"  # type: ignore[union-attr]

@@ -61,14 +61,14 @@ struct Convert<bf16_t> {
     bf16_t r;
 #if !IB_HIP && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.bits) : "f"(v));  // one instruction on sm_80+
-    return r;
-#endif
-    uint32_t u = __float_as_uint(v);
+#else
+    const uint32_t u = __float_as_uint(v);
     if ((u & 0x7fffffffu) > 0x7f800000u) {  // NaN: keep it quiet NaN
       r.bits = static_cast<uint16_t>((u >> 16) | 0x40u);
     } else {  // round to nearest even
       r.bits = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
     }
+#endif
     return r;
   }
 };

@@ -12,9 +12,10 @@ import torch
 
 from imagebuild_kernels import _ops
 
-__all__ = ["HAS_DEVICE_KERNELS", "silu_and_mul", "skinny_linear"]
+__all__ = ["HAS_DEVICE_KERNELS", "library_path", "silu_and_mul", "skinny_linear"]
 
-if importlib.util.find_spec("imagebuild_kernels._C") is not None:
+_C_SPEC = importlib.util.find_spec("imagebuild_kernels._C")
+if _C_SPEC is not None:
     from imagebuild_kernels import _C  # noqa: F401  (registers the CUDA/HIP implementations)
 
     HAS_DEVICE_KERNELS = True
@@ -34,3 +35,10 @@ def silu_and_mul(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tens
 def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear for decode batches (x [M, K], M <= 8) reading the weight once; larger M uses F.linear."""
     return torch.ops.imagebuild.skinny_linear(x, weight, bias)
+
+
+def library_path() -> str:
+    """Path of the compiled extension (what `kernel_verify.py` lists the code objects of)."""
+    if _C_SPEC is None or _C_SPEC.origin is None:
+        raise RuntimeError("imagebuild_kernels has no compiled extension: it was installed CPU-only")
+    return _C_SPEC.origin

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from imagebuild_kernels import _checks
 
-LIB = torch.library.Library("imagebuild", "DEF")  # noqa: TOR901 - the library must outlive this module
+LIB = torch.library.Library("imagebuild", "DEF")  # module-level: the library must outlive every caller
 SCHEMAS = {
     "silu_and_mul": "silu_and_mul(Tensor x) -> Tensor",
     "silu_and_mul_out": "silu_and_mul_out(Tensor(a!) out, Tensor x) -> ()",
