@@ -101,7 +101,7 @@ at::Tensor silu_and_mul(const at::Tensor& x) {
   return out;
 }
 
-at::Tensor skinny_linear_cfg(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+at::Tensor skinny_linear_cfg(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
                              int64_t cfg) {
   const char* op = "imagebuild::skinny_linear";
   TORCH_CHECK_VALUE(x.is_cuda(), op, ": expected x on a GPU, got ", x.device());
@@ -153,7 +153,7 @@ at::Tensor skinny_linear_cfg(const at::Tensor& x, const at::Tensor& weight, cons
   return out;
 }
 
-at::Tensor skinny_linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+at::Tensor skinny_linear(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias) {
   return skinny_linear_cfg(x, weight, bias, 0);
 }
 

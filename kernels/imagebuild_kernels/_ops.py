@@ -23,6 +23,9 @@ SCHEMAS = {
 for _schema in SCHEMAS.values():
     LIB.define(_schema)
 
+# torch >= 2.4 names it register_fake; the torch 2.3 images have the same thing as impl_abstract.
+_register_fake = getattr(torch.library, "register_fake", None) or torch.library.impl_abstract
+
 
 def _silu_ref(x: torch.Tensor) -> torch.Tensor:
     d = x.shape[-1] // 2
@@ -64,27 +67,27 @@ for _name, _fn in {
     LIB.impl(_name, _fn, "CPU")
 
 
-@torch.library.register_fake("imagebuild::silu_and_mul", lib=LIB)
+@_register_fake("imagebuild::silu_and_mul", lib=LIB)
 def _silu_and_mul_fake(x: torch.Tensor) -> torch.Tensor:
     return x.new_empty(_checks.silu_out_shape(x))
 
 
-@torch.library.register_fake("imagebuild::silu_and_mul_out", lib=LIB)
+@_register_fake("imagebuild::silu_and_mul_out", lib=LIB)
 def _silu_and_mul_out_fake(out: torch.Tensor, x: torch.Tensor) -> None:
     _checks.check_silu_out(out, x)
 
 
-@torch.library.register_fake("imagebuild::_silu_and_mul_cfg", lib=LIB)
+@_register_fake("imagebuild::_silu_and_mul_cfg", lib=LIB)
 def _silu_and_mul_cfg_fake(out: torch.Tensor, x: torch.Tensor, cfg: int) -> None:
     _checks.check_silu_out(out, x)
 
 
-@torch.library.register_fake("imagebuild::skinny_linear", lib=LIB)
+@_register_fake("imagebuild::skinny_linear", lib=LIB)
 def _skinny_linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     return x.new_empty(_checks.linear_out_shape(x, weight, bias))
 
 
-@torch.library.register_fake("imagebuild::_skinny_linear_cfg", lib=LIB)
+@_register_fake("imagebuild::_skinny_linear_cfg", lib=LIB)
 def _skinny_linear_cfg_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg: int) -> torch.Tensor:
     return x.new_empty(_checks.linear_out_shape(x, weight, bias))
 
