@@ -7,14 +7,13 @@ the image itself (through the docker SDK, honouring DOCKER_HOST) rather than tru
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from imagebuild import smoke as smoke_runner
 from imagebuild import tunableop as top
 from imagebuild.errors import BuildFailed, CheckFailed, ConfigError
 
@@ -40,49 +39,6 @@ except Exception as exc:
     out["error"] = f"{type(exc).__name__}: {exc}"
 print("IMAGEBUILD-JSON " + json.dumps(out))
 """
-
-
-def client() -> docker.DockerClient:
-    """A client for the engine at DOCKER_HOST (or the default socket); no engine is a usage error (exit 2)."""
-    import docker
-
-    try:
-        c = docker.from_env()
-        c.ping()
-    except docker.errors.DockerException as exc:
-        where = os.environ.get("DOCKER_HOST", "the default socket")
-        raise ConfigError(
-            f"no container engine answers at {where}: {exc}", hint="start one or set DOCKER_HOST"
-        ) from None
-    return c
-
-
-def detect_gpu() -> str:
-    """rocm, cuda or none, from the device nodes of this host (never guessed inside a build)."""
-    if os.path.exists("/dev/kfd"):
-        return "rocm"
-    if os.path.exists("/dev/nvidiactl") or shutil.which("nvidia-smi"):
-        return "cuda"
-    return "none"
-
-
-def gpu_run_kwargs(gpu: str) -> dict[str, Any]:
-    """docker run options that give a container the host's GPUs."""
-    if gpu == "rocm":
-        return {
-            "devices": ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"],
-            "group_add": ["video"],
-            "security_opt": ["seccomp=unconfined"],
-            "ipc_mode": "host",
-        }
-    if gpu == "cuda":
-        import docker
-
-        return {
-            "device_requests": [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])],
-            "ipc_mode": "host",
-        }
-    return {}
 
 
 def _require_image(c: docker.DockerClient, image: str) -> Any:
@@ -138,7 +94,7 @@ def _run_probe(c: docker.DockerClient, image: str, gpu: str) -> dict[str, Any] |
             remove=True,
             stdout=True,
             stderr=False,
-            **gpu_run_kwargs(gpu),
+            **smoke_runner.device_options(gpu),
         )
     except (docker.errors.ContainerError, docker.errors.APIError):
         return None
@@ -181,7 +137,7 @@ def _from_versions(kind: str, torch_version: str | None, source: str, notes: lis
 def image_validators(c: docker.DockerClient, image: str, gpu: str = "auto") -> top.Expected:
     """The validators an image's torch requires: asked of torch (GPU), else derived, else the manifest."""
     _require_image(c, image)
-    gpu = detect_gpu() if gpu == "auto" else gpu
+    gpu = smoke_runner.detect_gpu() if gpu == "auto" else gpu
     probe = _probe_torch(c, image, gpu)
     if probe and probe.get("validators"):
         return top.Expected(
@@ -309,7 +265,7 @@ def run_tuning(
                 str(io_dir): {"bind": "/io", "mode": "rw"},
                 str(SCRIPTS_DIR): {"bind": "/opt/imagebuild-tune", "mode": "ro"},
             },
-            **gpu_run_kwargs(gpu),
+            **smoke_runner.device_options(gpu),
         )
     except docker.errors.ContainerError as exc:
         tail = (exc.stderr or b"").decode("utf-8", "replace").strip().splitlines()[-1:]
@@ -334,7 +290,7 @@ def tune(
 ) -> TuneOutcome:
     """Tune the GEMMs inside the image on this host's GPU; write the results for that image and arch."""
     _require_image(c, image)
-    gpu = detect_gpu() if gpu == "auto" else gpu
+    gpu = smoke_runner.detect_gpu() if gpu == "auto" else gpu
     if gpu == "none":
         raise ConfigError("tune needs a GPU host (no /dev/kfd or NVIDIA device here)", hint="run it on a GPU host")
     # The container writes as root; on a host run by a user the leftovers may not be removable.

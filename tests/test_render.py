@@ -146,6 +146,7 @@ def test_rocm_image_is_a_faithful_serving_image() -> None:
     } <= set(stages)
     for name in ("component-imagebuild-kernels", "component-vllm-rocm", "component-flash-attention-ck"):
         assert "--mount=type=cache,target=/root/.cache/ccache" in stages[name]
+        assert 'PATH="/usr/lib/ccache:${PATH}"' in stages[name], f"{name} does not compile through ccache"
     final = stages["final"]
     for needle in (
         'PYTORCH_TUNABLEOP_ENABLED="1"',

@@ -68,8 +68,9 @@ def check_cmd(file: Path, image: str | None, expect: tuple[str, ...], gpu: str, 
     given = top.parse_expectations(expect)
     if image:
         from imagebuild import tunableop_tune as tt
+        from imagebuild.engine import docker_client
 
-        expected = tt.expect_with_overrides(tt.image_validators(tt.client(), image, gpu), given)
+        expected = tt.expect_with_overrides(tt.image_validators(docker_client(), image, gpu), given)
     else:  # only the keys the user names are judged
         expected = top.Expected(values=given, complete=False, source="--expect")
     report = top.check_validators(results, expected)
@@ -125,6 +126,7 @@ def tune_cmd(
 ) -> None:
     """Tune the listed GEMMs inside IMAGE on this host's GPU (needs a GPU host)."""
     from imagebuild import tunableop_tune as tt
+    from imagebuild.engine import docker_client
 
     try:
         text = shapes.read_text(encoding="utf-8")
@@ -132,7 +134,7 @@ def tune_cmd(
         raise ConfigError(f"{shapes}: cannot read: {exc}") from None
     gemms = top.parse_shapes(text, str(shapes))
     outcome = tt.tune(
-        tt.client(),
+        docker_client(),
         image,
         gemms,
         out_dir,
@@ -157,8 +159,9 @@ def tune_cmd(
 def bake_cmd(image: str, file: Path, tag: str, expect: tuple[str, ...], gpu: str) -> None:
     """Build TAG from IMAGE with FILE under /opt/imagebuild/tunableop/, its validators checked first."""
     from imagebuild import tunableop_tune as tt
+    from imagebuild.engine import docker_client
 
-    c = tt.client()
+    c = docker_client()
     results = top.load(file)
     expected = tt.expect_with_overrides(tt.image_validators(c, image, gpu), top.parse_expectations(expect))
     slug = tt.arch_slug(results.validators.get("GCN_ARCH_NAME") or f"pt{results.validators['PT_VERSION']}")

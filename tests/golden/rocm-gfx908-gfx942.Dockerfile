@@ -35,7 +35,9 @@ ENV USE_ROCM="1" \
     BUILD_TEST="0" \
     USE_FLASH_ATTENTION="1" \
     USE_MEM_EFF_ATTENTION="0"
-ENV MAX_JOBS=16 CCACHE_DIR=/root/.cache/ccache
+ENV MAX_JOBS=16
+ENV CCACHE_DIR=/root/.cache/ccache \
+    PATH="/usr/lib/ccache:${PATH}"
 WORKDIR /src
 RUN git init -q pytorch \
     && git -C pytorch remote add origin https://github.com/pytorch/pytorch \
@@ -74,7 +76,8 @@ ENV PYTORCH_ROCM_ARCH="gfx908;gfx942" \
     GPU_ARCHS="gfx908;gfx942" \
     FA_GFX_ARCHS="gfx908;gfx942" \
     AOTRITON_TARGET_ARCH="gfx908;gfx942"
-ENV CCACHE_DIR=/root/.cache/ccache
+ENV CCACHE_DIR=/root/.cache/ccache \
+    PATH="/usr/lib/ccache:${PATH}"
 COPY kernels/ /src/imagebuild-kernels/
 RUN --mount=type=cache,target=/root/.cache/ccache \
     --mount=type=cache,target=/root/.cache/pip \
@@ -97,7 +100,9 @@ ENV PYTORCH_ROCM_ARCH="gfx908;gfx942" \
     GPU_ARCHS="gfx908;gfx942" \
     FA_GFX_ARCHS="gfx908;gfx942" \
     AOTRITON_TARGET_ARCH="gfx908;gfx942"
-ENV MAX_JOBS=8 CCACHE_DIR=/root/.cache/ccache
+ENV MAX_JOBS=8
+ENV CCACHE_DIR=/root/.cache/ccache \
+    PATH="/usr/lib/ccache:${PATH}"
 WORKDIR /src
 RUN git init -q vllm-rocm \
     && git -C vllm-rocm remote add origin https://github.com/fxmarty/rocm-vllm \
