@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -93,18 +95,9 @@ def command(
     name, found = resolve_image(client, image, target_names(matrix_path))
     result = PublishResult(image=image, image_id=found.id, repository=str(dest))
     out_path = out_path or root / "build" / "publish" / name / "publish-report.json"
-    try:
+    with _recorded(result, out_path):
         _gate(result, found.id, reports, allow_unsmoked)
         publish_image(client, found, image, dest, result, list(tags) or public_tags(found, image), _log)
-        result.ok = True
-    except ImagebuildError as exc:
-        result.error = str(exc)
-        raise
-    finally:
-        result.write(out_path)
-        click.echo(f"publish report: {out_path}")
-    for ref in result.refs:
-        click.echo(f"published {ref} ({result.digest})")
 
 
 def _promote(
@@ -130,11 +123,18 @@ def _promote(
         raise ConfigError(f"{source} has no io.imagebuild.target label", hint="pass --tag")
     result = PublishResult(image=source, image_id=image_id, repository=str(dest))
     out_path = out_path or root / "build" / "publish" / wanted[0] / "publish-report.json"
-    try:
+    with _recorded(result, out_path):
         _gate(result, image_id, reports, allow_unsmoked)
         result.digest, result.refs = promote(source, dest, wanted, _log)
         result.staging_ref = source
         result.digest_ref = f"{dest}@{result.digest}"
+
+
+@contextmanager
+def _recorded(result: PublishResult, out_path: Path) -> Iterator[None]:
+    """Write the publish report whatever happens (a failure is recorded with its error), then list the refs."""
+    try:
+        yield
         result.ok = True
     except ImagebuildError as exc:
         result.error = str(exc)
