@@ -297,8 +297,22 @@ def drift(matrix: Matrix, rendered: list[Rendered], out_dir: Path) -> list[str]:
     return drifted
 
 
-def check(matrix: Matrix, targets: list[Target], out_dir: Path) -> None:
+def stale(matrix: Matrix, out_dir: Path) -> list[str]:
+    """Rendered directories of targets the matrix no longer has (they would keep being built and linted)."""
+    names = {t.name for t in matrix.targets}
+    if not out_dir.is_dir():
+        return []
+    return [
+        f"{path} (no target '{path.name}' in the matrix)"
+        for path in sorted(out_dir.iterdir())
+        if path.is_dir() and path.name != "templates" and path.name not in names and (path / "Dockerfile").exists()
+    ]
+
+
+def check(matrix: Matrix, targets: list[Target], out_dir: Path, *, all_targets: bool = True) -> None:
     drifted = drift(matrix, render_all(matrix, targets), out_dir)
+    if all_targets:
+        drifted += stale(matrix, out_dir)
     if drifted:
         raise CheckFailed(
             f"{len(drifted)} rendered file(s) out of date: {', '.join(drifted)}",

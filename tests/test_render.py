@@ -89,6 +89,17 @@ def test_check_names_each_drifted_file(tmp_path: Path, cli) -> None:
     assert "rocm6.1-torch2.3" not in result.stderr
 
 
+def test_check_names_a_stale_target_directory(tmp_path: Path, cli) -> None:
+    out = tmp_path / "dockerfiles"
+    assert cli("render", "--out", str(out)).exit_code == 0
+    gone = out / "rocm5.7-torch2.1"
+    gone.mkdir()
+    (gone / "Dockerfile").write_text("FROM scratch\n")
+    result = cli("render", "--check", "--out", str(out))
+    assert result.exit_code == 1 and f"{gone} (no target 'rocm5.7-torch2.1' in the matrix)" in result.stderr
+    assert cli("render", "local-cpu", "--check", "--out", str(out)).exit_code == 0
+
+
 def test_header_names_the_generator_and_no_syntax_line() -> None:
     for target in TARGETS:
         text = (REPO / "dockerfiles" / target / "Dockerfile").read_text()

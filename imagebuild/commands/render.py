@@ -45,7 +45,7 @@ def command(
         warn(f"unpinned: {item}")
     out_dir = out_dir or render.default_out_dir(matrix)
     if check:
-        render.check(matrix, selected, out_dir)
+        render.check(matrix, selected, out_dir, all_targets=not targets)
         click.echo(f"{len(selected)} target(s) up to date in {out_dir}")
         return
     if arch_arg:
