@@ -99,7 +99,7 @@ def run(ctx: Context) -> CheckResult:
                     )
         res.numbers[f"sdpa_{backend}"] = per
     _flash_attn_package(ctx, res, gen)
-    _triton_path(ctx, res)
+    _triton_path(ctx, res, gen)
     _throughput(ctx, res, [b for b in backends if b in BACKEND_ENUM and b not in unavailable])
     return res.finish()
 
@@ -144,18 +144,62 @@ def _flash_attn_package(ctx: Context, res: CheckResult, gen: torch.Generator) ->
     res.numbers["flash_attn_package"] = per
 
 
-def _triton_path(ctx: Context, res: CheckResult) -> None:
-    """The runtime's Triton flash-attention path (``ROCM_USE_FLASH_ATTN_V2_TRITON``) needs Triton for this arch."""
+# Where serving runtimes keep their Triton flash-attention (varlen: q [total, H, D], cu_seqlens).
+TRITON_ATTENTION_MODULES = (
+    "text_generation_server.utils.flash_attn_triton",
+    "text_generation_server.layers.attention.flash_attn_triton",
+)
+
+
+def _triton_path(ctx: Context, res: CheckResult, gen: torch.Generator) -> None:
+    """The runtime's Triton flash-attention path (``ROCM_USE_FLASH_ATTN_V2_TRITON``): Triton imports, and the
+    runtime's ``triton_attention`` matches the reference when the image has it."""
     flag = os.environ.get(TRITON_FLAG, "")
+    wanted = flag.lower() in ("1", "true")
     info: dict[str, Any] = {TRITON_FLAG: flag or None}
     try:
         triton = importlib.import_module("triton")
         info["version"] = getattr(triton, "__version__", None)
     except Exception as exc:  # noqa: BLE001 - any import failure is reported
         info["version"] = None
-        if flag.lower() in ("1", "true") and ctx.on_gpu:
+        if wanted and ctx.on_gpu:
             res.fail(f"{TRITON_FLAG}={flag} but import triton failed: {_first_line(exc)}")
     res.numbers["triton"] = info
+    module, errors = None, []
+    for name in TRITON_ATTENTION_MODULES:
+        try:
+            module = importlib.import_module(name)
+            info["runtime_module"] = name
+            break
+        except Exception as exc:  # noqa: BLE001 - absent or broken: recorded below
+            errors.append(f"{name}: {_first_line(exc)}")
+    if module is None or not hasattr(module, "triton_attention"):
+        info["runtime_path"] = {"tested": False, "reason": "the image has no runtime Triton attention module"}
+        if wanted and ctx.manifest.runtime and ctx.on_gpu:
+            res.fail(f"{TRITON_FLAG}={flag} but the runtime's Triton attention does not import: {'; '.join(errors)}")
+        return
+    if not ctx.on_gpu:
+        info["runtime_path"] = {"tested": False, "reason": "needs a GPU"}
+        return
+    per: dict[str, Any] = {}
+    for b, h, sq, skv, d, causal in CASES:
+        if sq != skv:
+            continue  # varlen with equal lengths per sequence keeps one convention for causal
+        q, k, v = (torch.randn(b * sq, h, d, generator=gen).to(ctx.device, torch.float16) for _ in range(3))
+        cu = torch.arange(0, (b + 1) * sq, sq, dtype=torch.int32, device=ctx.device)
+        label = f"B{b} H{h} S{sq} D{d} causal={causal}"
+        try:
+            out = torch.empty_like(q).fill_(float("nan"))
+            module.triton_attention(q, k, v, out, cu, cu, sq, sq, causal, d**-0.5)
+        except Exception as exc:  # noqa: BLE001 - a crash is this case's failure
+            res.fail(f"runtime triton_attention {label}: {_first_line(exc)}")
+            continue
+        q4, k4, v4, out4 = (t.view(b, sq, h, d).transpose(1, 2) for t in (q, k, v, out))
+        err = compare(out4, reference(q4, k4, v4, causal), *ATTN_TOL[torch.float16])
+        per[label] = {k2: err[k2] for k2 in ("max_abs_err", "err_ratio") if k2 in err}
+        if not err["ok"]:
+            res.fail(f"runtime triton_attention {label}: max abs err {err.get('max_abs_err', 0):.3g}")
+    info["runtime_path"] = per
 
 
 def _throughput(ctx: Context, res: CheckResult, backends: list[str]) -> None:
