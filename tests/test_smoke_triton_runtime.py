@@ -44,6 +44,8 @@ def test_stand_in_runtime_module_is_found_and_needs_a_gpu_on_cpu(tmp_path: Path)
     report = tmp_path / "report.json"
     proc = run_smoke(
         tmp_path,
+        "--device",
+        "cpu",
         "--manifest",
         str(manifest),
         "--report",
