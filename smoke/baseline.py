@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from smoke.manifest import ManifestError
+from smoke.manifest import ManifestError, load_json
 from smoke.result import FAILED, PASSED, CheckResult
 
 
 def load(path: str) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except json.JSONDecodeError as exc:
-        raise ManifestError(f"baseline {path}: invalid JSON at line {exc.lineno}: {exc.msg}") from exc
-    except OSError as exc:
-        raise ManifestError(f"baseline {path}: {exc.strerror}") from exc
-    if not isinstance(data, dict) or not isinstance(data.get("checks"), list):
+    data = load_json(path, "baseline")
+    if not isinstance(data.get("checks"), list):
         raise ManifestError(f"baseline {path}: not a smoke report (no 'checks' list)")
     return data
 

@@ -22,7 +22,7 @@ class ManifestError(Exception):
     """A manifest or kernels.json that exists but cannot be used: a usage error (exit 2)."""
 
 
-def _load_json(path: str, what: str) -> dict[str, Any]:
+def load_json(path: str, what: str) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
@@ -127,7 +127,7 @@ def load(manifest_path: str | None = None, kernels_path: str | None = None) -> M
     kpath = kernels_path or os.environ.get("IMAGEBUILD_KERNELS_JSON") or DEFAULT_KERNELS_JSON
     explicit = bool(manifest_path or os.environ.get("IMAGEBUILD_MANIFEST"))
     if os.path.exists(path):
-        data = _load_json(path, "manifest")
+        data = load_json(path, "manifest")
         version = data.get("schema_version")
         if version != 1:
             raise ManifestError(f"manifest {path}: schema_version {version!r} is not supported (expected 1)")
@@ -137,5 +137,5 @@ def load(manifest_path: str | None = None, kernels_path: str | None = None) -> M
     else:
         man = Manifest(path=path, present=False, kernels_path=kpath)
     if os.path.exists(kpath):
-        man.kernels = _load_json(kpath, "kernels.json")
+        man.kernels = load_json(kpath, "kernels.json")
     return man
