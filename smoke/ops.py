@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from smoke.context import Context
+from smoke.result import CheckResult
 
 COMPONENT = "imagebuild-kernels"
 
@@ -46,6 +47,18 @@ def find_op(ctx: Context, name: str) -> tuple[Callable[..., Any] | None, str | N
     if not man.component_included(COMPONENT):
         return None, why + f"; the manifest does not include {COMPONENT}", False
     return None, why + f", but the manifest includes {COMPONENT}", True
+
+
+def op_for_check(ctx: Context, res: CheckResult, name: str) -> Callable[..., Any] | None:
+    """The image's op, or None with the reason recorded: a failure when the manifest promises it."""
+    op, why, required = find_op(ctx, name)
+    if op is None:
+        res.numbers[name] = {"tested": False, "reason": why}
+        if required:
+            res.fail(str(why))
+        else:
+            res.warnings.append(f"{name} not tested: {why}")
+    return op
 
 
 def op_applies(ctx: Context) -> str | None:

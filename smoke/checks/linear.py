@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from smoke.context import Context
 from smoke.measure import DTYPES, compare, time_fn
-from smoke.ops import find_op
+from smoke.ops import op_for_check
 from smoke.result import CheckResult
 
 # (rtol, atol) for outputs of unit scale after a K-long float32 accumulation.
@@ -38,13 +38,7 @@ def reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch
 def run(ctx: Context) -> CheckResult:
     res = CheckResult("linear")
     dev = ctx.device
-    op, why, required = find_op(ctx, "skinny_linear")
-    if op is None:
-        res.numbers["skinny_linear"] = {"tested": False, "reason": why}
-        if required:
-            res.fail(str(why))
-        else:
-            res.warnings.append(f"skinny_linear not tested: {why}")
+    op = op_for_check(ctx, res, "skinny_linear")
     seed = secrets.randbelow(2**31)
     res.numbers["seed"] = seed
     gen = torch.Generator(device="cpu").manual_seed(seed)

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from smoke.context import Context
 from smoke.measure import DTYPES, TOLERANCES, compare, poison, time_fn
-from smoke.ops import find_op
+from smoke.ops import op_for_check
 from smoke.result import CheckResult
 
 # (tokens, d): odd and tail-heavy sizes; silu_and_mul reads [tokens, 2d] and writes [tokens, d].
@@ -45,13 +45,7 @@ def run(ctx: Context) -> CheckResult:
     res = CheckResult("silu")
     dev = ctx.device
     shapes = GPU_SHAPES if ctx.on_gpu else CPU_SHAPES
-    op, why, required = find_op(ctx, "silu_and_mul")
-    if op is None:
-        res.numbers["silu_and_mul"] = {"tested": False, "reason": why}
-        if required:
-            res.fail(str(why))
-        else:
-            res.warnings.append(f"silu_and_mul not tested: {why}")
+    op = op_for_check(ctx, res, "silu_and_mul")
     seed = secrets.randbelow(2**31)  # fresh inputs every run; the seed is recorded to replay a failure
     res.numbers["seed"] = seed
     cases = [("F.silu", lambda x: F.silu(x), ref_silu, 1)]
