@@ -9,7 +9,7 @@ REGISTRY_ROOT="${IMAGEBUILD_REGISTRY_ROOT:-/var/lib/imagebuild-registry}"
 REGISTRY_ADDR="${IMAGEBUILD_REGISTRY_ADDR:-127.0.0.1:5000}"
 BASE_IMAGE="${IMAGEBUILD_BASE_IMAGE:-local/debian:bookworm}"
 DOCKER=/usr/bin/docker   # the Debian client: runs BuildKit natively with DOCKER_BUILDKIT=1
-APT_PACKAGES=(docker.io docker-registry debootstrap hipcc libamdhip64-dev rocm-device-libs clang-19 lld-19 llvm-19)
+APT_PACKAGES=(docker.io docker-registry debootstrap hipcc libamdhip64-dev rocm-device-libs clang-19 lld-19 llvm-19 binutils zstd)
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 
