@@ -171,12 +171,31 @@ class Component(Strict):
     requirements: Text | None = None
 
 
-class Runtime(Strict):
+class TgiRuntime(Strict):
+    """text-generation-inference: Rust launcher and router built from source, Python server built against torch."""
+
+    kind: Literal["tgi"]
     description: Text = ""
     source: Source
     builder_image: Text
     builder_digest: Digest | None = None
     entrypoint: Text
+
+
+class PipRuntime(Strict):
+    """A serving runtime installed from the package index, every package pinned by a requirements file."""
+
+    kind: Literal["pip"]
+    description: Text = ""
+    requirements: Text  # path in this repository, installed with `pip install -r` under a torch constraint
+    entrypoint: Text
+    serve: list[Text]  # argv after the entrypoint; `{model}` and `{port}` are filled in by whoever starts it
+    health: Text = "/health"
+    api: Literal["openai", "tgi"] = "openai"
+
+
+Runtime = Annotated[TgiRuntime | PipRuntime, Field(discriminator="kind")]
+RUNTIME_KINDS = ("tgi", "pip")
 
 
 class TunableOp(Strict):
@@ -272,41 +291,62 @@ def _located_error(file: Path, mark: yaml.Mark | None, path: KeyPath, message: s
     return ConfigError(f"{where}: {format_path(path)}: {message}")
 
 
-def _fields_at(path: KeyPath) -> list[str]:
-    """The valid key names of the model at a key path, for "did you mean" suggestions."""
+def _walk(loc: KeyPath) -> tuple[KeyPath, Any]:
+    """A pydantic error location -> the key path in the file (union tags dropped) and the annotation there."""
     current: Any = MatrixModel
-    for part in path:
-        current = _model_in(current)
+    path: list[str | int] = []
+    for part in loc:
+        members = _union_models(current)
+        if members:
+            tagged = {_tag(m): m for m in members}
+            if part in tagged:  # a discriminated union puts the tag in the location; the file has no such key
+                current = tagged[str(part)]
+                continue
+            current = members[0]
+        path.append(part)
         if isinstance(current, type) and issubclass(current, BaseModel):
             info = current.model_fields.get(str(part))
-            if info is None:
-                return []
-            current = info.annotation
+            current = info.annotation if info is not None else None
         elif typing.get_origin(current) in (list, dict):
             current = typing.get_args(current)[-1]
         else:
-            return []
-    current = _model_in(current)
+            current = None
+    return tuple(path), current
+
+
+def _fields_at(loc: KeyPath) -> list[str]:
+    """The valid key names of the model at a location, for "did you mean" suggestions."""
+    current = _walk(loc)[1]
+    members = _union_models(current)
+    if len(members) == 1:
+        current = members[0]
     return list(current.model_fields) if isinstance(current, type) and issubclass(current, BaseModel) else []
 
 
-def _model_in(annotation: Any) -> Any:
-    """`X | None` -> X when X is a model; anything else unchanged."""
+def _union_models(annotation: Any) -> list[type[BaseModel]]:
+    """The models of `X | None`, `A | B` or `Annotated[A | B, discriminator]`; [] for anything else."""
+    if typing.get_origin(annotation) is Annotated:
+        annotation = typing.get_args(annotation)[0]
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        for arg in typing.get_args(annotation):
-            if isinstance(arg, type) and issubclass(arg, BaseModel):
-                return arg
-    return annotation
+        return [a for a in typing.get_args(annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+    return []
+
+
+def _tag(model: type[BaseModel]) -> str:
+    kind = model.model_fields.get("kind")
+    args = typing.get_args(kind.annotation) if kind is not None else ()
+    return str(args[0]) if args else ""
 
 
 def _describe_validation(exc: ValidationError, pos: _Positions, file: Path) -> ConfigError:
     messages: list[str] = []
     for error in exc.errors(include_url=False):
-        path: KeyPath = tuple(p for p in error["loc"] if isinstance(p, str | int))
+        loc: KeyPath = tuple(p for p in error["loc"] if isinstance(p, str | int))
+        path = _walk(loc)[0]
         kind = error["type"]
         if kind == "extra_forbidden":
-            parent, key = path[:-1], str(path[-1])
-            valid = _fields_at(parent)
+            key = str(path[-1])
+            valid = _fields_at(loc[:-1])
             close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
             hint = (
                 f"; did you mean '{close[0]}'?"
@@ -318,6 +358,15 @@ def _describe_validation(exc: ValidationError, pos: _Positions, file: Path) -> C
         elif kind == "missing":
             message = f"missing required key '{path[-1]}'"
             mark = pos.find(path[:-1])
+        elif kind in ("union_tag_not_found", "union_tag_invalid"):
+            tags = re.findall(r"'([^']+)'", str(error.get("ctx", {}).get("expected_tags", ""))) or list(RUNTIME_KINDS)
+            got = error.get("ctx", {}).get("tag")
+            close = difflib.get_close_matches(str(got), tags, n=1, cutoff=0.6) if got else []
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            what = f"got {got!r}" if got else "missing"
+            message = f"expected one of {', '.join(repr(t) for t in tags)}, {what}{hint}"
+            path = (*path, "kind")
+            mark = pos.find(path) if got else pos.find(path[:-1], prefer_key=True)
         elif kind == "literal_error":
             expected = error.get("ctx", {}).get("expected", "")
             got = error.get("input")
@@ -351,7 +400,7 @@ class Target:
     components: tuple[tuple[str, Component], ...]
     skipped_components: tuple[str, ...]
     runtime_name: str | None
-    runtime: Runtime | None
+    runtime: TgiRuntime | PipRuntime | None
     tunableop: TunableOp
     allow_experimental: bool
 
@@ -437,6 +486,8 @@ class Matrix:
                     Unpinned(f"components.{name}", f"source {component.source.describe()} has no commit or sha256")
                 )
         for name, runtime in m.runtimes.items():
+            if not isinstance(runtime, TgiRuntime):
+                continue  # a pip runtime is pinned by its requirements file
             if not runtime.source.pinned:
                 found.append(Unpinned(f"runtimes.{name}", f"source {runtime.source.describe()} has no commit"))
             if runtime.builder_digest is None:

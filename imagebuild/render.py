@@ -17,7 +17,7 @@ import jinja2
 
 from imagebuild.arches import Resolution
 from imagebuild.errors import CheckFailed, ConfigError
-from imagebuild.matrix import Matrix, Source, Target
+from imagebuild.matrix import Matrix, Source, Target, TgiRuntime
 
 MANIFEST_SCHEMA_VERSION = 1
 RENDERED_FILES = ("Dockerfile", "manifest.json")
@@ -121,15 +121,7 @@ def manifest(target: Target, resolution: Resolution) -> dict[str, Any]:
         "arch_env": dict(resolution.env),
         "components": components,
         "attention_backends": attention,
-        "runtime": (
-            {
-                "name": target.runtime_name,
-                "entrypoint": target.runtime.entrypoint,
-                "source": _source(target.runtime.source),
-            }
-            if target.runtime
-            else None
-        ),
+        "runtime": _runtime_manifest(target),
         "tunableop": {
             "enabled": tunable.enabled,
             "tuning": tunable.tuning,
@@ -142,6 +134,39 @@ def manifest(target: Target, resolution: Resolution) -> dict[str, Any]:
             "python": platform.python_version,
         },
     }
+
+
+def _runtime_manifest(target: Target) -> dict[str, Any] | None:
+    """The manifest's `runtime` section (docs/contracts.md): what the smoke suite starts and how it talks to it."""
+    runtime = target.runtime
+    if runtime is None:
+        return None
+    section: dict[str, Any] = {"name": target.runtime_name, "kind": runtime.kind, "entrypoint": runtime.entrypoint}
+    if isinstance(runtime, TgiRuntime):
+        section["source"] = _source(runtime.source)
+    else:
+        section["requirements"] = runtime.requirements
+    return section
+
+
+def _runtime_context(target: Target) -> dict[str, Any] | None:
+    """What the runtime-<kind>.j2 stage needs; `wheel_stage` is the stage whose /wheels the final stage installs."""
+    runtime = target.runtime
+    if runtime is None:
+        return None
+    common = {
+        "kind": runtime.kind,
+        "description": runtime.description or target.runtime_name,
+        "entrypoint": runtime.entrypoint,
+    }
+    if isinstance(runtime, TgiRuntime):
+        return {
+            **common,
+            "wheel_stage": "runtime-server",
+            "source": runtime.source,
+            "builder_ref": _image_ref(runtime.builder_image, runtime.builder_digest),
+        }
+    return {**common, "wheel_stage": "runtime-pip", "requirements": runtime.requirements}
 
 
 def _final_env(target: Target) -> dict[str, str]:
@@ -176,15 +201,9 @@ def _context(target: Target, resolution: Resolution, manifest_path: str, command
     ]
     if resolution.experimental:
         notes.append("experimental arches: " + ", ".join(t.id for t in resolution.experimental))
-    runtime = None
-    if target.runtime:
-        runtime = {
-            "description": target.runtime.description or target.runtime_name,
-            "source": target.runtime.source,
-            "builder_ref": _image_ref(target.runtime.builder_image, target.runtime.builder_digest),
-            "entrypoint": target.runtime.entrypoint,
-        }
-    cmd = [target.runtime.entrypoint] if target.runtime else ["python3", "-m", "smoke"]
+    runtime = _runtime_context(target)
+    # TGI images run as users type it (`docker run IMAGE --model-id X`); other images run their smoke suite.
+    cmd = [target.runtime.entrypoint] if isinstance(target.runtime, TgiRuntime) else ["python3", "-m", "smoke"]
     labels = {
         "org.opencontainers.image.title": f"imagebuild {target.name}",
         "io.imagebuild.target": target.name,

@@ -136,6 +136,32 @@ CASES = [
         "unknown runtime 'text-generation-inference'",
         None,
     ),
+    (
+        "runtime-kind-misspelled",
+        _replace("    kind: tgi\n", "    kind: tgii\n"),
+        "expected one of 'tgi', 'pip', got 'tgii'; did you mean 'tgi'?",
+        "kind: tgii",
+    ),
+    (
+        "runtime-kind-missing",
+        _replace("    kind: tgi\n", ""),
+        "runtimes.text-generation-inference.kind: expected one of 'tgi', 'pip', missing",
+        "  text-generation-inference:",
+    ),
+    (
+        "runtime-key-of-the-other-kind",
+        _replace(
+            "    entrypoint: text-generation-launcher\n", "    entrypoint: text-generation-launcher\n    serve: [x]\n"
+        ),
+        "runtimes.text-generation-inference.serve: unknown key 'serve'",
+        "serve: [x]",
+    ),
+    (
+        "runtime-key-misspelled",
+        _replace("    builder_image: rust", "    builder_imag: rust"),
+        "runtimes.text-generation-inference.builder_imag: unknown key 'builder_imag'; did you mean 'builder_image'?",
+        "builder_imag:",
+    ),
     ("bad-schema-version", _replace("schema_version: 1", "schema_version: 2"), "schema_version", "schema_version: 2"),
 ]
 

@@ -121,7 +121,7 @@ def test_failed_render_writes_nothing(tmp_path: Path, cli) -> None:
     root = tmp_path / "repo"
     shutil.copytree(REPO / "dockerfiles" / "templates", root / "dockerfiles" / "templates")
     shutil.copy(REPO / "matrix.yaml", root / "matrix.yaml")
-    broken = root / "dockerfiles" / "templates" / "stages" / "runtime.j2"
+    broken = root / "dockerfiles" / "templates" / "stages" / "runtime-tgi.j2"
     broken.write_text(broken.read_text() + "{{ no_such_variable }}\n")
     result = cli("--matrix", str(root / "matrix.yaml"), "render")
     assert result.exit_code == 2 and "no_such_variable" in result.stderr and result.exception is None

@@ -29,7 +29,7 @@ def command(
         stages = {"torch-build" if target.torch_build.obtain == "source" else "torch": dict(resolution.env)}
         for component in context["components"]:
             stages[component["stage"]] = dict(resolution.env)
-        if target.runtime:
+        if target.runtime and target.runtime.kind == "tgi":
             stages["runtime-server"] = dict(resolution.env)
         stages["final"] = dict(resolution.env)
         data["stages"] = stages
