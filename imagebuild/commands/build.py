@@ -14,6 +14,7 @@ import click
 from imagebuild.build import (
     Secrets,
     TargetResult,
+    check_secret_flags,
     collect_secrets,
     raise_on_failure,
     run_builds,
@@ -124,6 +125,7 @@ def command(  # noqa: PLR0913
     secrets: tuple[str, ...],
 ) -> None:
     """Build images with BuildKit: labels, tags, secrets, caches and a JSON build report."""
+    check_secret_flags(os.environ, secrets)  # every usage error comes before a secret is written
     # Probing the engine waits on processes: overlap it with loading the matrix (CPU-bound imports).
     with ThreadPoolExecutor(max_workers=1) as pool:
         probe = pool.submit(find_engine)
@@ -133,6 +135,8 @@ def command(  # noqa: PLR0913
         options = PlanOptions(arch, allow_experimental, tags, cache_from, cache_to, builder, no_cache)
         specs = plan(matrix, targets, options)
         engine = probe.result()
+    for spec in specs:
+        build_argv(spec, engine)  # --builder / --cache-to usage errors, still before any secret is written
     secret_set: Secrets = collect_secrets(os.environ, secrets)
     try:
         for spec in specs:
