@@ -210,6 +210,21 @@ ARCH_VARIABLES: dict[str, tuple[Vendor, Callable[[list[GpuTarget]], str], str]] 
     "CMAKE_CUDA_ARCHITECTURES": ("nvidia", _cmake_cuda, "CMake CUDA projects"),
 }
 PLATFORM_VENDOR: dict[str, Vendor | None] = {"rocm": "amd", "cuda": "nvidia", "cpu": None}
+# How a component's build wants the list: `full` keeps AMD target features (gfx942:sramecc+:xnack-) and NVIDIA
+# +PTX; `bare` gives processor names / capabilities only, for builds that compare names exactly (vLLM's CMake
+# filter, ROCm flash-attention's allow-list) and would drop or reject an ID with features.
+ArchForm = Literal["bare", "full"]
+
+
+def format_variable(name: str, form: ArchForm, targets: list[GpuTarget]) -> str:
+    """One variable's value in the form one component reads it."""
+    if form == "bare":
+        targets = [GpuTarget(t.vendor, t.processor) for t in targets]
+    if name in ("GPU_ARCHS", "FA_GFX_ARCHS", "AOTRITON_TARGET_ARCH") and form == "full":
+        return _amd_full(targets)
+    return ARCH_VARIABLES[name][1](targets)
+
+
 ENV_OVERRIDE: dict[str, str] = {"rocm": "PYTORCH_ROCM_ARCH", "cuda": "TORCH_CUDA_ARCH_LIST"}
 
 
@@ -231,6 +246,8 @@ class ArchSupport:
     supported: tuple[str, ...]
     experimental: tuple[str, ...] = ()
     optional: bool = False
+    arch_vars: tuple[tuple[str, ArchForm], ...] = ()  # the variables its build reads, each in its form
+    fixed_arches: tuple[str, ...] = ()  # arches its build hard-codes whatever the variables say
 
 
 @dataclass
@@ -242,6 +259,8 @@ class ComponentPlan:
     arches: list[GpuTarget] = field(default_factory=list)
     experimental: list[GpuTarget] = field(default_factory=list)
     reason: str | None = None
+    env: dict[str, str] = field(default_factory=dict)  # what its build stage sets, and nothing else
+    fixed_arches: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -249,6 +268,8 @@ class ComponentPlan:
             "arches": [t.id for t in self.arches],
             "experimental": [t.id for t in self.experimental],
             "reason": self.reason,
+            "arch_vars": dict(self.env),
+            "fixed_arches": list(self.fixed_arches),
         }
 
 
@@ -314,7 +335,8 @@ def _plan_component(
     if experimental and not allow_experimental:
         names = ", ".join(t.id for t in experimental)
         problems.append(f"{names} is experimental for {support.name}: pass --allow-experimental to build it")
-    return ComponentPlan(support.name, True, list(targets), experimental)
+    env = {name: format_variable(name, form, targets) for name, form in support.arch_vars}
+    return ComponentPlan(support.name, True, list(targets), experimental, None, env, list(support.fixed_arches))
 
 
 def resolve(

@@ -200,10 +200,43 @@ def test_arches_cli_json_and_errors(cli) -> None:
 
     data = json.loads(ok.stdout)
     assert data["arches"] == ["gfx942"]
-    assert all(env["PYTORCH_ROCM_ARCH"] == "gfx942" for name, env in data["stages"].items() if env)
-    assert data["stages"]["component-imagebuild-kernels"]["GPU_ARCHS"] == "gfx942"
+    assert all(env.get("PYTORCH_ROCM_ARCH", "gfx942") == "gfx942" for env in data["stages"].values())
+    assert data["stages"]["component-flash-attention-ck"] == {"GPU_ARCHS": "gfx942"}
+    assert data["stages"]["component-vllm-rocm"] == {"PYTORCH_ROCM_ARCH": "gfx942"}
+    assert data["components"]["flash-attention-ck"]["arch_vars"] == {"GPU_ARCHS": "gfx942"}
     bad = cli("arches", "rocm6.1-torch2.3", "--arch", "gfx94")
     assert bad.exit_code == 2 and bad.exception is None
     assert bad.stderr.startswith("error: unknown GPU target 'gfx94'") and "gfx942" in bad.stderr
     env_bad = cli("arches", "cuda12.1-torch2.3", env={"TORCH_CUDA_ARCH_LIST": "9.0;gfx942"})
     assert env_bad.exit_code == 2 and "env TORCH_CUDA_ARCH_LIST" in env_bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "form", "spec", "value"),
+    [
+        ("PYTORCH_ROCM_ARCH", "full", "gfx90a;gfx942:sramecc+:xnack-", "gfx90a;gfx942:sramecc+:xnack-"),
+        ("PYTORCH_ROCM_ARCH", "bare", "gfx90a;gfx942:sramecc+:xnack-", "gfx90a;gfx942"),
+        ("GPU_ARCHS", "bare", "gfx942:xnack-", "gfx942"),
+        ("GPU_ARCHS", "full", "gfx942:xnack-", "gfx942:xnack-"),
+        ("TORCH_CUDA_ARCH_LIST", "full", "8.0;9.0+PTX", "8.0;9.0+PTX"),
+        ("TORCH_CUDA_ARCH_LIST", "bare", "8.0;9.0+PTX", "8.0;9.0"),
+        ("CMAKE_CUDA_ARCHITECTURES", "bare", "8.0;9.0+PTX", "80-real;90-real"),
+    ],
+)
+def test_format_variable_gives_each_build_its_form(name: str, form: arches.ArchForm, spec: str, value: str) -> None:
+    assert arches.format_variable(name, form, parse_list(spec)) == value
+
+
+def test_a_component_plan_carries_only_its_own_variables() -> None:
+    support = ArchSupport("vllm", ("gfx90a", "gfx942"), arch_vars=(("PYTORCH_ROCM_ARCH", "bare"),))
+    resolution = resolve(
+        target="t",
+        platform_kind="rocm",
+        platform_arches=["gfx90a", "gfx942"],
+        default_arches=["gfx942"],
+        components=[support],
+        arch_arg="gfx942:sramecc+:xnack-",
+    )
+    plan = resolution.components["vllm"]
+    assert plan.env == {"PYTORCH_ROCM_ARCH": "gfx942"}
+    assert plan.as_dict()["arch_vars"] == {"PYTORCH_ROCM_ARCH": "gfx942"}

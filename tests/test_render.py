@@ -129,23 +129,25 @@ def test_failed_render_writes_nothing(tmp_path: Path, cli) -> None:
 
 
 @pytest.mark.parametrize("target", ["rocm6.1-torch2.3", "cuda12.1-torch2.3"])
-def test_every_compiling_stage_gets_the_arch_variables(target: str, matrix) -> None:
+def test_every_compiling_stage_gets_the_arch_variables_its_build_reads(target: str, matrix) -> None:
+    """Each component stage: its own variables (tests/test_component_stages.py checks exactly); final: all."""
     resolution = matrix.target(target).resolve(env={})
     stages = _stages((REPO / "dockerfiles" / target / "Dockerfile").read_text())
     compiling = [name for name, text in stages.items() if re.search(r"pip wheel|setup\.py", text)]
     assert len(compiling) >= 3, compiling
-    for name in [*compiling, "final"]:
-        for variable, value in resolution.env.items():
-            assert f'{variable}="{value}"' in stages[name], f"{variable} missing from stage {name}"
+    for name, plan in resolution.components.items():
+        stage = "torch-build" if name == "pytorch" else f"component-{name}"
+        for variable, value in plan.env.items():
+            assert f'{variable}="{value}"' in stages.get(stage, stages.get("torch", "")), f"{variable}: {stage}"
+    for variable, value in resolution.env.items():
+        assert f'{variable}="{value}"' in stages["final"], f"{variable} missing from stage final"
 
 
 def test_rocm_image_is_a_faithful_serving_image() -> None:
     text = (REPO / "dockerfiles" / "rocm6.1-torch2.3" / "Dockerfile").read_text()
     stages = _stages(text)
     assert "FROM rocm/dev-ubuntu-22.04:6.1.1_hip_update AS base" in text
-    assert "97ff6cfd9c86c5c09d7ce775ab64ec5c99230f5d" in stages["torch-build"]
-    assert "git apply --check /tmp/tunableop-hipblaslt-fix.patch" in stages["torch-build"]
-    assert "does not apply" in stages["torch-build"]
+    assert "ceaa1e4a7b66e818ea4e56925bb4a5dff8c56055" in stages["torch-build"]
     assert "tools/amd_build/build_amd.py" in stages["torch-build"]
     assert {
         "component-imagebuild-kernels",
@@ -189,8 +191,9 @@ def test_hadolint_clean_and_every_ignore_has_a_reason() -> None:
 def test_manifest_matches_contract(matrix) -> None:
     data = json.loads((REPO / "dockerfiles" / "rocm6.1-torch2.3" / "manifest.json").read_text())
     assert data["gpu_arches"] == ["gfx90a", "gfx942"]
-    assert data["versions"]["rocm"] == "6.1" and data["versions"]["torch"] == "2.3.0"
-    assert data["torch"]["patches"][0]["name"] == "tunableop-hipblaslt-fix"
+    assert data["versions"]["rocm"] == "6.1" and data["versions"]["torch"] == "2.3.0+rocm6.1"
+    assert data["torch"]["source"]["commit"] == "ceaa1e4a7b66e818ea4e56925bb4a5dff8c56055"
+    assert data["torch"]["companions"][0]["name"] == "pytorch-triton-rocm"
     assert data["components"]["flash-attention-ck"]["included"] is True
     assert data["runtime"]["entrypoint"] == "text-generation-launcher"
     cpu = json.loads((REPO / "dockerfiles" / "local-cpu" / "manifest.json").read_text())
@@ -201,6 +204,8 @@ def test_manifest_matches_contract(matrix) -> None:
         "arches": [],
         "experimental": [],
         "reason": "not built for the cuda platform",
+        "arch_vars": {},
+        "fixed_arches": [],
     }
 
 
@@ -217,7 +222,7 @@ def test_unpinned_sources_are_warned(cli) -> None:
         "warning: unpinned: platforms.rocm6.1: base image rocm/dev-ubuntu-22.04:6.1.1_hip_update has no digest"
         in result.stderr
     )
-    assert "tunableop-hipblaslt-fix" in result.stderr
+    assert "fxmarty/pytorch" not in result.stderr  # the torch fork is pinned to a commit
 
 
 def test_matrix_list_json(cli) -> None:
@@ -226,3 +231,4 @@ def test_matrix_list_json(cli) -> None:
     assert set(data) == set(TARGETS)
     assert data["rocm6.1-torch2.3"]["arches"] == ["gfx90a", "gfx942"]
     assert data["cuda12.1-torch2.3"]["not_for_this_platform"] == ["vllm-rocm", "flash-attention-ck"]
+    assert data["rocm6.1-torch2.3"]["not_for_this_platform"] == ["vllm-cuda", "flash-attention"]

@@ -1,0 +1,189 @@
+"""Torch and kernel component stages: each sets exactly the arch variables its build reads, pins what it builds,
+installs what its setup.py imports, compiles locally, and the versions the image reports agree."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from imagebuild import arches, render
+from imagebuild.errors import ConfigError
+from imagebuild.matrix import load_matrix, load_text
+
+REPO = Path(__file__).resolve().parents[1]
+GPU_TARGETS = ["rocm6.1-torch2.3", "cuda12.1-torch2.3"]
+ARCH_LINE = re.compile(r'^\s*(?:ENV\s+)?([A-Z_]+)="([^"]*)"', re.M)
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    return load_matrix(REPO / "matrix.yaml")
+
+
+def _stages(dockerfile: str) -> dict[str, str]:
+    parts = re.split(r"^FROM \S+ AS (\S+)\n", dockerfile, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def _arch_vars_set(stage: str) -> dict[str, str]:
+    """The arch variables (and only those) an ENV of this stage sets."""
+    return {k: v for k, v in ARCH_LINE.findall(stage) if k in arches.ARCH_VARIABLES}
+
+
+def _render(matrix, target_name: str, arch: str | None = None):
+    target = matrix.target(target_name)
+    resolution = target.resolve(arch, env={}, allow_experimental=True)
+    rendered = render.render_target(matrix, target, resolution, manifest_path="build/render/x/manifest.json")
+    return target, resolution, _stages(rendered.files["Dockerfile"]), json.loads(rendered.files["manifest.json"])
+
+
+@pytest.mark.parametrize(
+    ("target_name", "arch"),
+    [
+        ("rocm6.1-torch2.3", None),
+        ("rocm6.1-torch2.3", "gfx90a;gfx942:sramecc+:xnack-"),
+        ("cuda12.1-torch2.3", None),
+        ("cuda12.1-torch2.3", "8.0;8.6;9.0+PTX"),
+    ],
+)
+def test_each_compiling_stage_sets_exactly_the_variables_its_build_reads(matrix, target_name, arch) -> None:
+    target, resolution, stages, manifest = _render(matrix, target_name, arch)
+    vendor = arches.PLATFORM_VENDOR[target.platform.kind]
+    for name, component in target.components:
+        plan = resolution.components[name]
+        if not plan.included:
+            continue
+        wanted = {v: f for v, f in component.arch_vars.items() if arches.ARCH_VARIABLES[v][0] == vendor}
+        expected = {v: arches.format_variable(v, f, resolution.arches) for v, f in wanted.items()}
+        assert _arch_vars_set(stages[f"component-{name}"]) == expected, name
+        assert manifest["components"][name]["arch_vars"] == expected, name
+    torch_stage = "torch-build" if target.torch_build.obtain == "source" else "torch"
+    torch_vars = {v: arches.format_variable(v, f, resolution.arches) for v, f in target.torch_build.arch_vars.items()}
+    if target.torch_build.obtain == "source":
+        assert _arch_vars_set(stages[torch_stage]) == torch_vars
+    assert manifest["torch"]["arch_vars"] == torch_vars
+
+
+def test_features_reach_only_the_builds_that_accept_them(matrix) -> None:
+    """vLLM's CMake keeps exact names and CK flash-attention asserts bare names: both get gfx942, not the ID."""
+    _, _, stages, manifest = _render(matrix, "rocm6.1-torch2.3", "gfx90a;gfx942:sramecc+:xnack-")
+    assert 'PYTORCH_ROCM_ARCH="gfx90a;gfx942"' in stages["component-vllm-rocm"]
+    assert 'GPU_ARCHS="gfx90a;gfx942"' in stages["component-flash-attention-ck"]
+    assert "PYTORCH_ROCM_ARCH" not in stages["component-flash-attention-ck"]
+    assert 'PYTORCH_ROCM_ARCH="gfx90a;gfx942:sramecc+:xnack-"' in stages["component-imagebuild-kernels"]
+    assert 'PYTORCH_ROCM_ARCH="gfx90a;gfx942"' in stages["torch-build"]
+    assert manifest["components"]["vllm-rocm"]["arch_vars"] == {"PYTORCH_ROCM_ARCH": "gfx90a;gfx942"}
+
+
+def test_flash_attention_cuda_reads_no_arch_variable_and_records_its_fixed_arches(matrix) -> None:
+    _, _, stages, manifest = _render(matrix, "cuda12.1-torch2.3")
+    stage = stages["component-flash-attention"]
+    assert _arch_vars_set(stage) == {}
+    assert manifest["components"]["flash-attention"]["fixed_arches"] == ["sm_80", "sm_90"]
+    assert manifest["components"]["flash-attention"]["arch_vars"] == {}
+
+
+def test_flash_attention_cuda_is_built_locally_never_downloaded(matrix) -> None:
+    _, _, stages, _ = _render(matrix, "cuda12.1-torch2.3")
+    stage = stages["component-flash-attention"]
+    assert 'FLASH_ATTENTION_FORCE_BUILD="TRUE"' in stage
+    # psutil: setup_requires, which setuptools would otherwise fetch itself; packaging: imported at the top
+    install = stage.index("pip install 'packaging==24.0' 'psutil==5.9.8'")
+    assert install < stage.index("pip wheel --no-build-isolation")
+
+
+@pytest.mark.parametrize("target_name", GPU_TARGETS)
+def test_every_python_ext_stage_installs_its_imports_and_proves_it_compiled(matrix, target_name) -> None:
+    target, _, stages, _ = _render(matrix, target_name)
+    exts = [(n, c) for n, c in target.components if c.kind == "python-ext"]
+    assert len(exts) == 2
+    for name, component in exts:
+        stage = stages[f"component-{name}"]
+        assert component.source.commit and f"fetch -q --depth 1 origin {component.source.commit}" in stage
+        assert "packaging==" in stage and stage.index("packaging==") < stage.index("pip wheel")
+        assert "find build -name '*.o'" in stage, f"{name}: no proof the build compiled here"
+        assert "no compiled module in the wheel" in stage
+        assert "requirements-rocm.txt" not in stage
+
+
+def test_cuda_target_builds_the_paged_attention_tgi_imports(matrix) -> None:
+    """TGI's utils/paged_attention.py imports vllm._C on CUDA: the CUDA image builds Narsil/vllm at TGI's pin."""
+    target = matrix.target("cuda12.1-torch2.3")
+    components = dict(target.components)
+    assert components["vllm-cuda"].source.git == "https://github.com/Narsil/vllm"
+    assert components["vllm-cuda"].source.commit == "b5dfc61db88a81069e45b44f7cc99bd9e62a60fa"
+    assert components["vllm-cuda"].optional is False
+    assert "cmake" in target.platform.apt_packages  # vLLM's setup.py drives CMake
+
+
+def test_torch_source_build_pins_the_fork_commit_and_applies_no_unpinned_patch(matrix) -> None:
+    _, _, stages, manifest = _render(matrix, "rocm6.1-torch2.3")
+    stage = stages["torch-build"]
+    assert "remote add origin https://github.com/fxmarty/pytorch" in stage
+    assert "fetch -q --depth 1 origin ceaa1e4a7b66e818ea4e56925bb4a5dff8c56055" in stage
+    assert "curl" not in stage and "git apply" not in stage
+    assert manifest["torch"]["patches"] == []
+    for flag in ("BUILD_CAFFE2", "USE_FBGEMM", "USE_NNPACK", "USE_QNNPACK", "USE_XNNPACK"):
+        assert f'{flag}="0"' in stage, flag
+    assert '_GLIBCXX_USE_CXX11_ABI="1"' in stage
+    # NumPy 1 before torch's own requirements, so pip cannot pick NumPy 2 for a torch 2.3 build
+    assert "-c /tmp/torch-build-pins.txt 'numpy==1.26.4'" in stage
+
+
+@pytest.mark.parametrize("target_name", GPU_TARGETS)
+def test_reported_torch_version_agrees_everywhere(matrix, target_name) -> None:
+    target, _, stages, manifest = _render(matrix, target_name)
+    version = manifest["torch"]["version"]
+    assert version == manifest["versions"]["torch"]
+    assert re.fullmatch(r"2\.3\.0\+(rocm6\.1|cu121)", version)
+    final = stages["final"]
+    assert f'io.imagebuild.torch="{version}"' in final
+    if target.torch_build.obtain == "source":
+        assert f"PYTORCH_BUILD_VERSION={version} " in stages["torch-build"]
+        assert "PYTORCH_BUILD_NUMBER=1" in stages["torch-build"]
+    else:
+        assert f'"torch=={version}"' in stages["torch"]
+    assert f"'torch=={version}'" in stages["torch"] and "ENV PIP_CONSTRAINT=" in stages["torch"]
+    assert f'v == "{version}"' in stages["torch"]
+
+
+def test_rocm_image_carries_a_pinned_triton_recorded_in_the_manifest(matrix) -> None:
+    _, _, stages, manifest = _render(matrix, "rocm6.1-torch2.3")
+    assert (
+        "pip install --no-deps --index-url https://download.pytorch.org/whl/rocm6.0 'pytorch-triton-rocm==2.3.0'"
+        in stages["torch"]
+    )
+    assert "'pytorch-triton-rocm==2.3.0'" in stages["torch"].split("constraints.txt")[0]
+    assert [(c["name"], c["version"]) for c in manifest["torch"]["companions"]] == [("pytorch-triton-rocm", "2.3.0")]
+
+
+def test_local_cpu_torch_stage_gets_no_constraint(matrix) -> None:
+    _, _, stages, manifest = _render(matrix, "local-cpu")
+    assert "PIP_CONSTRAINT" not in stages["torch"]
+    assert manifest["torch"]["companions"] == []
+
+
+GOOD = (REPO / "matrix.yaml").read_text()
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            "arch_vars: {GPU_ARCHS: bare}",
+            "arch_vars: {GPU_ARCHS: bare, TORCH_CUDA_ARCH_LIST: full}",
+            "TORCH_CUDA_ARCH_LIST is not read on rocm",
+        ),
+        ("arch_vars: {GPU_ARCHS: bare}", "arch_vars: {}", "needs arch_vars"),
+        ("arch_vars: {GPU_ARCHS: bare}", "arch_vars: {GPU_ARCHS: stripped}", "expected 'bare' or 'full'"),
+        ("build_requires: [packaging==24.0, psutil==5.9.8]", "build_requires: [packaging, psutil]", "pattern"),
+    ],
+)
+def test_component_arch_and_build_fields_are_checked(tmp_path: Path, old: str, new: str, message: str) -> None:
+    assert old in GOOD, f"fixture drift: {old!r}"
+    with pytest.raises(ConfigError) as info:
+        load_text(GOOD.replace(old, new, 1), tmp_path / "matrix.yaml")
+    assert message in str(info.value)
