@@ -12,6 +12,7 @@ import itertools
 import re
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -171,6 +172,20 @@ class Component(Strict):
     requirements: Text | None = None
 
 
+class TgiServer(Strict):
+    """How TGI's Python server is installed on one platform kind: its pinned requirements file and extras."""
+
+    requirements: Text  # a file in TGI's server/ directory, e.g. requirements_rocm.txt
+    extras: list[Name] = []  # the extras whose packages the server's modules import at top level
+
+
+class TgiAttention(Strict):
+    """Per platform kind, the components TGI's flash / paged attention import: all included for an arch -> promised."""
+
+    flash: dict[PlatformKind, list[Name]] = {}
+    paged: dict[PlatformKind, list[Name]] = {}
+
+
 class TgiRuntime(Strict):
     """text-generation-inference: Rust launcher and router built from source, Python server built against torch."""
 
@@ -179,7 +194,31 @@ class TgiRuntime(Strict):
     source: Source
     builder_image: Text
     builder_digest: Digest | None = None
+    rust_toolchain: Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")]  # TGI's rust-toolchain.toml channel
     entrypoint: Text
+    binaries: list[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")]]  # cargo outputs the image ships
+    server: dict[PlatformKind, TgiServer]
+    apt_packages: list[Text] = []  # what the binaries need at run time (the router links OpenSSL)
+    env: dict[EnvName, Text] = {}
+    default_args: list[Text] = []  # CMD: the entrypoint's arguments when `docker run IMAGE` gives none
+    serve: list[Text]  # argv after the entrypoint; `{model}` and `{port}` are filled in by whoever starts it
+    serve_env: dict[EnvName, Text] = {}
+    health: Text = "/health"
+    api: Literal["tgi"] = "tgi"
+    startup_timeout_s: int = Field(default=900, ge=1)
+    attention: TgiAttention = TgiAttention()
+
+    @model_validator(mode="after")
+    def _builder_has_toolchain(self) -> TgiRuntime:
+        tag = self.builder_image.rpartition(":")[2]
+        if not tag.startswith(self.rust_toolchain):
+            raise ValueError(
+                f"builder_image {self.builder_image} does not carry Rust {self.rust_toolchain} "
+                "(rust_toolchain, the channel of TGI's rust-toolchain.toml); rustup would fetch another toolchain"
+            )
+        if self.entrypoint not in self.binaries:
+            raise ValueError(f"entrypoint {self.entrypoint} is not one of binaries {self.binaries}")
+        return self
 
 
 class PipRuntime(Strict):
@@ -562,6 +601,7 @@ def _check_references(model: MatrixModel, pos: _Positions, file: Path) -> list[T
                 )
         if group.runtime is not None and group.runtime not in model.runtimes:
             raise fail((*gpath, "runtime"), f"unknown runtime '{group.runtime}'", list(model.runtimes), group.runtime)
+        _check_runtime_refs(model, group.runtime, fail)
         combos = [Combo(platform=p, torch=t) for p, t in itertools.product(group.axes.platform, group.axes.torch)]
         for i, extra in enumerate(group.include):
             if extra.platform is None or extra.torch is None:
@@ -621,6 +661,19 @@ def _check_references(model: MatrixModel, pos: _Positions, file: Path) -> list[T
         except ConfigError as exc:
             raise fail(seen[target.name], f"default arches do not resolve: {exc}") from None
     return targets
+
+
+def _check_runtime_refs(model: MatrixModel, name: str | None, fail: Callable[..., ConfigError]) -> None:
+    """Components named by a TGI runtime's attention needs exist (a typo would silently drop a promise)."""
+    runtime = model.runtimes.get(name) if name else None
+    if not isinstance(runtime, TgiRuntime):
+        return
+    for which, needs in (("flash", runtime.attention.flash), ("paged", runtime.attention.paged)):
+        for kind, names in needs.items():
+            for i, component in enumerate(names):
+                if component not in model.components:
+                    where = ("runtimes", name, "attention", which, kind, i)
+                    raise fail(where, f"unknown component '{component}'", list(model.components), component)
 
 
 def _matches(rule: Combo, combo: Combo) -> bool:

@@ -121,7 +121,7 @@ def manifest(target: Target, resolution: Resolution) -> dict[str, Any]:
         "arch_env": dict(resolution.env),
         "components": components,
         "attention_backends": attention,
-        "runtime": _runtime_manifest(target),
+        "runtime": _runtime_manifest(target, resolution),
         "tunableop": {
             "enabled": tunable.enabled,
             "tuning": tunable.tuning,
@@ -136,17 +136,49 @@ def manifest(target: Target, resolution: Resolution) -> dict[str, Any]:
     }
 
 
-def _runtime_manifest(target: Target) -> dict[str, Any] | None:
+def _runtime_manifest(target: Target, resolution: Resolution) -> dict[str, Any] | None:
     """The manifest's `runtime` section (docs/contracts.md): what the smoke suite starts and how it talks to it."""
     runtime = target.runtime
     if runtime is None:
         return None
-    section: dict[str, Any] = {"name": target.runtime_name, "kind": runtime.kind, "entrypoint": runtime.entrypoint}
+    section: dict[str, Any] = {
+        "name": target.runtime_name,
+        "kind": runtime.kind,
+        "entrypoint": runtime.entrypoint,
+        "serve": [runtime.entrypoint, *runtime.serve],
+        "health": runtime.health,
+        "api": runtime.api,
+    }
     if isinstance(runtime, TgiRuntime):
         section["source"] = _source(runtime.source)
+        section["serve_env"] = dict(runtime.serve_env)
+        section["startup_timeout_s"] = runtime.startup_timeout_s
+        section["attention"] = tgi_attention_promises(target, resolution)
     else:
         section["requirements"] = runtime.requirements
     return section
+
+
+def tgi_attention_promises(target: Target, resolution: Resolution) -> dict[str, dict[str, bool]]:
+    """Per arch, whether TGI's flash / paged attention must be enabled: every component it imports is built for it."""
+    runtime = target.runtime
+    if not isinstance(runtime, TgiRuntime) or target.platform.kind == "cpu":
+        return {}
+    kind = target.platform.kind
+
+    def built_for(names: list[str] | None, arch: str) -> bool:
+        if not names:  # the matrix names no provider for this platform kind: nothing is promised
+            return False
+        plans = [resolution.components.get(name) for name in names]
+        return all(plan is not None and plan.included and arch in [t.id for t in plan.arches] for plan in plans)
+
+    return {
+        t.id: {
+            "flash": built_for(runtime.attention.flash.get(kind), t.id),
+            "paged": built_for(runtime.attention.paged.get(kind), t.id),
+        }
+        for t in resolution.arches
+    }
 
 
 def _runtime_context(target: Target) -> dict[str, Any] | None:
@@ -160,13 +192,40 @@ def _runtime_context(target: Target) -> dict[str, Any] | None:
         "entrypoint": runtime.entrypoint,
     }
     if isinstance(runtime, TgiRuntime):
+        kind = target.platform.kind
+        if kind not in runtime.server:
+            raise ConfigError(f"runtime {target.runtime_name} has no server install for platform kind {kind}")
+        server = runtime.server[kind]
         return {
             **common,
             "wheel_stage": "runtime-server",
             "source": runtime.source,
             "builder_ref": _image_ref(runtime.builder_image, runtime.builder_digest),
+            "rust_toolchain": runtime.rust_toolchain,
+            "binaries": runtime.binaries,
+            "requirements": server.requirements,
+            "extras": ",".join(server.extras),
+            "apt_packages": runtime.apt_packages,
+            "env": dict(sorted(runtime.env.items())),
         }
     return {**common, "wheel_stage": "runtime-pip", "requirements": runtime.requirements}
+
+
+ENTRYPOINT_PATH = "/opt/imagebuild/bin/tunableop-entrypoint"
+
+
+def _entrypoint_and_cmd(target: Target) -> tuple[list[str], list[str]]:
+    """ENTRYPOINT and CMD of the final stage.
+
+    TGI images run as users type them: `docker run IMAGE --model-id X` starts the launcher with those flags
+    (upstream: ENTRYPOINT tgi-entrypoint.sh, CMD ["--json-output"]), while `docker run IMAGE python3 -m smoke`
+    runs that command; both go through the TunableOp preparation. Other images run their smoke suite.
+    """
+    runtime = target.runtime
+    if isinstance(runtime, TgiRuntime):
+        entry = [ENTRYPOINT_PATH, "--default-command", runtime.entrypoint, "--ldconfig", "--"]
+        return entry, list(runtime.default_args)
+    return [ENTRYPOINT_PATH], ["python3", "-m", "smoke"]
 
 
 def _final_env(target: Target) -> dict[str, str]:
@@ -202,8 +261,7 @@ def _context(target: Target, resolution: Resolution, manifest_path: str, command
     if resolution.experimental:
         notes.append("experimental arches: " + ", ".join(t.id for t in resolution.experimental))
     runtime = _runtime_context(target)
-    # TGI images run as users type it (`docker run IMAGE --model-id X`); other images run their smoke suite.
-    cmd = [target.runtime.entrypoint] if isinstance(target.runtime, TgiRuntime) else ["python3", "-m", "smoke"]
+    entrypoint, cmd = _entrypoint_and_cmd(target)
     labels = {
         "org.opencontainers.image.title": f"imagebuild {target.name}",
         "io.imagebuild.target": target.name,
@@ -240,6 +298,7 @@ def _context(target: Target, resolution: Resolution, manifest_path: str, command
         "runtime": runtime,
         "final_env": _final_env(target),
         "manifest_path": manifest_path,
+        "entrypoint": json.dumps(entrypoint),
         "cmd": json.dumps(cmd),
         "labels": labels,
     }

@@ -151,10 +151,10 @@ CASES = [
     (
         "runtime-key-of-the-other-kind",
         _replace(
-            "    entrypoint: text-generation-launcher\n", "    entrypoint: text-generation-launcher\n    serve: [x]\n"
+            "    entrypoint: text-generation-launcher\n", "    entrypoint: text-generation-launcher\n    requirements: x\n"
         ),
-        "runtimes.text-generation-inference.serve: unknown key 'serve'",
-        "serve: [x]",
+        "runtimes.text-generation-inference.requirements: unknown key 'requirements'",
+        "requirements: x",
     ),
     (
         "runtime-key-misspelled",

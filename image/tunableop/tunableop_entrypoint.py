@@ -7,6 +7,11 @@ file from /opt/imagebuild/tunableop/ is copied to where PYTORCH_TUNABLEOP_FILENA
 device ordinal, under the mounted /data/tunableop/) only when its validators equal the live torch's, and
 only when no file is there yet: results users tuned themselves are never overwritten. Any failure here is a
 warning: the serving command always starts.
+
+Options before `--` (set in ENTRYPOINT by the image, never by users): `--default-command PROG` makes arguments
+that start with `-` (or none) flags of PROG, so `docker run IMAGE --model-id X` runs `PROG --model-id X` while
+`docker run IMAGE python3 -m smoke` runs that command; `--ldconfig` refreshes the loader cache first (driver
+libraries the container runtime mounted), as TGI's tgi-entrypoint.sh does.
 """
 
 from __future__ import annotations
@@ -143,18 +148,51 @@ def prepare(
     return written
 
 
+def command_line(args: list[str]) -> tuple[list[str], bool]:
+    """Split `[--default-command PROG] [--ldconfig] [--] ARGS` into the command to exec and the ldconfig wish."""
+    default: str | None = None
+    ldconfig = False
+    rest = list(args)
+    while rest:
+        if rest[0] == "--default-command" and len(rest) > 1:
+            default, rest = rest[1], rest[2:]
+        elif rest[0] == "--ldconfig":
+            ldconfig, rest = True, rest[1:]
+        elif rest[0] == "--":
+            rest = rest[1:]
+            break
+        else:
+            break
+    if default is not None and (not rest or rest[0].startswith("-")):
+        rest = [default, *rest]
+    return rest, ldconfig
+
+
+def refresh_loader_cache() -> None:
+    """Run ldconfig when it exists and may write the cache (root); a failure is no reason not to start."""
+    path = shutil.which("ldconfig")
+    if path is None or os.geteuid() != 0:
+        return
+    proc = subprocess.run([path], capture_output=True, text=True, timeout=120, check=False)
+    if proc.returncode != 0:
+        log(f"ldconfig exited {proc.returncode}; the loader cache was not refreshed")
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 2:
-        log('usage: tunableop-entrypoint COMMAND [ARG...]  (prepares TunableOp results, then exec "$@")')
+    command, ldconfig = command_line(argv[1:])
+    if not command:
+        log("usage: tunableop-entrypoint [--default-command PROG] [--ldconfig] [--] COMMAND [ARG...]")
         return 2
     try:
+        if ldconfig:
+            refresh_loader_cache()
         prepare(dict(os.environ))
     except Exception as exc:  # never keep the server from starting
         log(f"warning: {type(exc).__name__}: {exc}")
     try:
-        os.execvp(argv[1], argv[1:])
+        os.execvp(command[0], command)
     except OSError as exc:
-        log(f"cannot run {argv[1]!r}: {exc.strerror}")
+        log(f"cannot run {command[0]!r}: {exc.strerror}")
     return 127
 
 
