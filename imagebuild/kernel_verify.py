@@ -12,13 +12,17 @@ import json
 import os
 import re
 import shutil
+import stat
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 CCOB_MAGIC = b"CCOB"
@@ -98,105 +102,273 @@ def parse_arch_list(text: str) -> Requested:
     return Requested(tuple(dict.fromkeys(code)), tuple(dict.fromkeys(ptx)))
 
 
+# --- bounded reading -------------------------------------------------------------------------------------
+
+# Every length read from a file is checked against what remains before it is used; these caps bound what one
+# crafted header can make us read or allocate (real libraries are far below each).
+MAX_READ = 1 << 20  # one header table, string table or decompressed bundle header
+MAX_ENTRIES = 1 << 16  # entries listed from one library
+MAX_ID_LEN = 1024  # one bundle entry ID
+MAX_UNCOMPRESSED = 1 << 30  # the uncompressed size a compressed bundle may declare
+CHUNK = 1 << 19  # a search reads CHUNK plus the magic's length: within MAX_READ
+
+
+class Blob:
+    """Bounded random access to a byte range of an open regular file or of bytes in memory.
+
+    `size` is the logical size that offsets are checked against; `available` is how much can really be read
+    (less than size only for the decompressed prefix of a compressed bundle).
+    """
+
+    def __init__(self, source: bytes | BinaryIO, size: int, base: int = 0, available: int | None = None) -> None:
+        self.source, self.size, self.base = source, size, base
+        self.available = size if available is None else min(size, available)
+
+    def sub(self, offset: int, size: int, what: str) -> Blob:
+        self.check(offset, size, what)
+        return Blob(self.source, size, self.base + offset, max(0, min(size, self.available - offset)))
+
+    def check(self, offset: int, length: int, what: str) -> None:
+        if offset < 0 or length < 0 or offset + length > self.size:
+            raise VerifyError(f"{what} at offset {offset} ({length} bytes) runs past the end ({self.size} bytes)")
+
+    def read(self, offset: int, length: int, what: str) -> bytes:
+        self.check(offset, length, what)
+        if length > MAX_READ:
+            raise VerifyError(f"{what} at offset {offset} claims {length} bytes, more than the {MAX_READ} allowed")
+        if offset + length > self.available:
+            raise VerifyError(f"{what} at offset {offset} lies beyond the {self.available} bytes decompressed")
+        if isinstance(self.source, bytes):
+            data = self.source[self.base + offset : self.base + offset + length]
+        else:
+            self.source.seek(self.base + offset)
+            data = self.source.read(length)
+        if len(data) != length:
+            raise VerifyError(f"{what} at offset {offset}: the file ended early")
+        return data
+
+    def unpack(self, fmt: str, offset: int, what: str) -> tuple[int, ...]:
+        return struct.unpack(fmt, self.read(offset, struct.calcsize(fmt), what))
+
+    def find(self, magics: tuple[bytes, ...], start: int) -> int:
+        """The next offset of any of magics at or after start (read in chunks, one pass), or -1."""
+        overlap = max(map(len, magics)) - 1
+        pos = start
+        while pos < self.available:
+            length = min(CHUNK + overlap, self.available - pos)
+            window = self.read(pos, length, "search")
+            hits = [hit for hit in (window.find(m) for m in magics) if hit >= 0]
+            if hits:
+                return pos + min(hits)
+            pos += max(1, length - overlap)
+        return -1
+
+    def chunks(self, offset: int, end: int) -> Iterator[bytes]:
+        while offset < end:
+            length = min(CHUNK, end - offset)
+            yield self.read(offset, length, "compressed data")
+            offset += length
+
+
 # --- ELF -------------------------------------------------------------------------------------------------
 
+ELF_HEADER = 64
+ELF_SECTION_HEADER = 64
+SHT_NOBITS = 8
 
-def elf_sections(data: bytes) -> dict[str, bytes]:
+
+def elf_section_blobs(blob: Blob) -> dict[str, Blob]:
     """Section name -> contents of a 64-bit little-endian ELF file (all GPU libraries we build are)."""
-    if data[:4] != b"\x7fELF":
+    if blob.size < 4 or blob.read(0, 4, "magic") != b"\x7fELF":
         return {}
-    if data[4] != 2 or data[5] != 1:
+    ident = blob.read(0, min(ELF_HEADER, blob.size), "ELF header")
+    if len(ident) < ELF_HEADER:
+        raise VerifyError(f"truncated ELF header ({blob.size} bytes)")
+    if ident[4] != 2 or ident[5] != 1:
         raise VerifyError("only 64-bit little-endian ELF files are supported")
-    shoff = struct.unpack_from("<Q", data, 0x28)[0]
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    (shoff,) = struct.unpack_from("<Q", ident, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", ident, 0x3A)
     if shoff == 0 or shnum == 0:
         return {}
+    if shentsize < ELF_SECTION_HEADER:
+        raise VerifyError(f"ELF section header size {shentsize} is smaller than {ELF_SECTION_HEADER}")
+    if shstrndx >= shnum:
+        raise VerifyError(f"ELF section name table index {shstrndx} is not below the section count {shnum}")
+    blob.check(shoff, shnum * shentsize, "ELF section header table")
     headers = []
     for i in range(shnum):
-        base = shoff + i * shentsize
-        name, stype, _flags, _addr, offset, size = struct.unpack_from("<IIQQQQ", data, base)
+        name, stype, _flags, _addr, offset, size = blob.unpack("<IIQQQQ", shoff + i * shentsize, "section header")
+        if stype != SHT_NOBITS:
+            blob.check(offset, size, f"ELF section {i}")
         headers.append((name, stype, offset, size))
-    _, _, str_off, str_size = headers[shstrndx]
-    strtab = data[str_off : str_off + str_size]
-    sections = {}
+    _, str_type, str_off, str_size = headers[shstrndx]
+    strtab = b"" if str_type == SHT_NOBITS else blob.read(str_off, min(str_size, MAX_READ), "section name table")
+    sections: dict[str, Blob] = {}
     for name_off, stype, offset, size in headers:
-        name = strtab[name_off : strtab.index(b"\0", name_off)].decode("ascii", "replace")
-        sections[name] = b"" if stype == 8 else data[offset : offset + size]  # SHT_NOBITS holds nothing
+        end = strtab.find(b"\0", name_off) if name_off < len(strtab) else -1
+        name = strtab[name_off:end].decode("ascii", "replace") if end >= 0 else ""
+        sections[name] = blob.sub(0, 0, name) if stype == SHT_NOBITS else blob.sub(offset, size, name)
     return sections
 
 
+def elf_sections(data: bytes) -> dict[str, bytes]:
+    """Section name -> contents, for ELF bytes already in memory (tests, small files)."""
+    return {name: sec.read(0, sec.size, name) for name, sec in elf_section_blobs(Blob(data, len(data))).items()}
+
+
 # --- HIP: clang offload bundles ----------------------------------------------------------------------------
+# Layout (little-endian): the 24-byte magic, an 8-byte entry count, then per entry 8-byte offset, 8-byte size,
+# 8-byte ID length and the ID; offsets count from the bundle's start. As documented in llvm/llvm-project
+# clang/lib/Driver/OffloadBundler.cpp (commit fba748bfcae4a5c851141abc1baa8b22579cb731, "Handler for binary
+# files"). Compressed bundles ("CCOB"): 2-byte version, 2-byte method (0 zlib, 1 zstd), then v1: 4-byte
+# uncompressed size and 8-byte hash (20-byte header); v2: 4-byte total size, 4-byte uncompressed size, hash
+# (24); v3: 8-byte total size, 8-byte uncompressed size, hash (32).
+
+_CCOB_LAYOUT = {1: (20, None, "<I"), 2: (24, "<I", "<I"), 3: (32, "<Q", "<Q")}  # header, total, uncompressed
 
 
-def _decompress_ccob(data: bytes, pos: int) -> tuple[bytes, int]:
-    """Decode one compressed bundle at pos; returns (plain bundle, bytes consumed)."""
-    version, method = struct.unpack_from("<HH", data, pos + 4)
-    if version == 1:
-        hdr, total = 20, None
-    elif version == 2:
-        hdr, total = 24, struct.unpack_from("<I", data, pos + 8)[0]
-    elif version == 3:
-        hdr, total = 32, struct.unpack_from("<Q", data, pos + 8)[0]
-    else:
-        raise VerifyError(f"compressed offload bundle version {version} is not supported")
-    end = pos + total if total else len(data)
-    payload = data[pos + hdr : end]
+def _inflate_prefix(blob: Blob, start: int, end: int, method: int, want: int) -> bytes:
+    """At most `want` bytes of the stream in blob[start:end], read and decompressed chunk by chunk."""
     if method == 0:
-        return zlib.decompress(payload), end - pos
+        inflater = zlib.decompressobj()
+        out = bytearray()
+        try:
+            for chunk in blob.chunks(start, end):
+                data = chunk
+                while data and len(out) < want and not inflater.eof:
+                    out += inflater.decompress(data, want - len(out))
+                    data = inflater.unconsumed_tail
+                if len(out) >= want or inflater.eof:
+                    break
+        except zlib.error as exc:
+            raise VerifyError(f"compressed offload bundle: zlib data is corrupt ({exc})") from None
+        return bytes(out[:want])
     if method == 1:
-        try:
-            from compression import zstd  # type: ignore[import-not-found]  # Python 3.14+
-
-            return zstd.decompress(payload), end - pos
-        except ImportError:
-            pass
-        try:
-            import zstandard  # type: ignore[import-not-found]
-
-            return zstandard.ZstdDecompressor().decompressobj().decompress(payload), end - pos
-        except ImportError:
-            pass
-        if zstd_cli := shutil.which("zstd"):
-            done = subprocess.run([zstd_cli, "-dc"], input=payload, capture_output=True, check=False)
-            if done.returncode == 0:
-                return done.stdout, end - pos
-            raise VerifyError(f"zstd could not decode a compressed offload bundle: {done.stderr.decode()[:200]}")
-        raise VerifyError(
-            "zstd-compressed offload bundle: install the zstd command or the 'zstandard' package to read it"
-        )
+        return _unzstd_prefix(blob, start, end, want)
     raise VerifyError(f"compressed offload bundle with unknown method {method}")
 
 
-def _parse_bundle(data: bytes, pos: int) -> tuple[list[str], int]:
-    """Entry IDs of the plain bundle at pos, and where it ends."""
-    (count,) = struct.unpack_from("<Q", data, pos + len(BUNDLE_MAGIC))
+def _unzstd_prefix(blob: Blob, start: int, end: int, want: int) -> bytes:
+    try:
+        from compression import zstd  # type: ignore[import-not-found]  # Python 3.14+
+
+        decoder = zstd.ZstdDecompressor()
+        out = bytearray()
+        try:
+            for chunk in blob.chunks(start, end):
+                data = chunk
+                while len(out) < want and not decoder.eof:
+                    out += decoder.decompress(data, max_length=want - len(out))
+                    data = b""
+                    if decoder.needs_input:
+                        break
+                if len(out) >= want or decoder.eof:
+                    break
+        except zstd.ZstdError as exc:
+            raise VerifyError(f"compressed offload bundle: zstd data is corrupt ({exc})") from None
+        return bytes(out[:want])
+    except ImportError:
+        pass
+    zstd_cli = shutil.which("zstd")
+    if not zstd_cli:
+        raise VerifyError("zstd-compressed offload bundle: install the zstd command (or use Python 3.14+) to read it")
+    proc = subprocess.Popen([zstd_cli, "-dcq"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    stdin = proc.stdin
+
+    def feed() -> None:
+        # The main thread only reads zstd's output until this thread is joined, so the file is not shared.
+        try:
+            for chunk in blob.chunks(start, end):
+                stdin.write(chunk)
+            stdin.close()
+        except (OSError, VerifyError):  # zstd stopped reading: we have what we asked for, or it failed
+            pass
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    out = bytearray()
+    while len(out) < want:
+        data = proc.stdout.read(min(CHUNK, want - len(out)))
+        if not data:
+            break
+        out += data
+    proc.kill()
+    writer.join()
+    proc.wait()
+    err = proc.stderr.read(200).decode(errors="replace").strip()
+    for stream in (proc.stdout, proc.stderr):
+        stream.close()
+    if not out:
+        raise VerifyError(f"zstd could not decode a compressed offload bundle: {err or 'no output'}")
+    return bytes(out)
+
+
+def _ccob_bundle(blob: Blob, pos: int) -> tuple[Blob, int]:
+    """The plain bundle inside the compressed one at pos (its header decompressed only), and its length."""
+    version, method = blob.unpack("<HH", pos + 4, "compressed bundle header")
+    if version not in _CCOB_LAYOUT:
+        raise VerifyError(f"compressed offload bundle version {version} is not supported")
+    header, total_fmt, plain_fmt = _CCOB_LAYOUT[version]
+    blob.check(pos, header, "compressed bundle header")
+    if total_fmt is None:
+        total = blob.size - pos  # v1 records no total size: the bundle runs to the end of its section
+        (plain_size,) = blob.unpack(plain_fmt, pos + 8, "compressed bundle header")
+    else:
+        (total,) = blob.unpack(total_fmt, pos + 8, "compressed bundle header")
+        (plain_size,) = blob.unpack(plain_fmt, pos + 8 + struct.calcsize(total_fmt), "compressed bundle header")
+        if total < header:
+            raise VerifyError(f"compressed offload bundle at offset {pos} declares {total} bytes, less than its header")
+        blob.check(pos, total, "compressed offload bundle")
+    if plain_size > MAX_UNCOMPRESSED:
+        raise VerifyError(
+            f"compressed offload bundle at offset {pos} declares {plain_size} bytes uncompressed, "
+            f"more than the {MAX_UNCOMPRESSED} allowed"
+        )
+    prefix = _inflate_prefix(blob, pos + header, pos + total, method, min(plain_size, MAX_READ))
+    if not prefix.startswith(BUNDLE_MAGIC):
+        raise VerifyError(f"compressed offload bundle at offset {pos} does not hold an offload bundle")
+    return Blob(prefix, plain_size, available=len(prefix)), total
+
+
+def _parse_bundle(blob: Blob, pos: int) -> tuple[list[str], int]:
+    """Entry IDs of the plain bundle at pos, and where it ends (never before the end of its header)."""
+    (count,) = blob.unpack("<Q", pos + len(BUNDLE_MAGIC), "offload bundle entry count")
     cur = pos + len(BUNDLE_MAGIC) + 8
+    if count > min(MAX_ENTRIES, (blob.size - cur) // 24):
+        raise VerifyError(f"offload bundle at offset {pos} claims {count} entries, more than its bytes can hold")
     ids, end = [], cur
     for _ in range(count):
-        offset, size, id_len = struct.unpack_from("<QQQ", data, cur)
+        offset, size, id_len = blob.unpack("<QQQ", cur, "offload bundle entry")
         cur += 24
-        ids.append(data[cur : cur + id_len].decode("ascii", "replace"))
+        if id_len > MAX_ID_LEN:
+            raise VerifyError(f"offload bundle entry ID at offset {cur} claims {id_len} bytes")
+        ids.append(blob.read(cur, id_len, "offload bundle entry ID").decode("ascii", "replace"))
         cur += id_len
+        blob.check(pos + offset, size, "offload bundle entry")
         end = max(end, pos + offset + size)
     return ids, max(end, cur)
 
 
-def hip_bundle_ids(data: bytes) -> list[str]:
+def hip_bundle_ids(data: bytes | Blob) -> list[str]:
     """All entry IDs of the bundles laid one after another in a `.hip_fatbin` section (one per TU)."""
+    blob = data if isinstance(data, Blob) else Blob(data, len(data))
     ids: list[str] = []
     pos = 0
-    while True:
-        nxt = [p for p in (data.find(BUNDLE_MAGIC, pos), data.find(CCOB_MAGIC, pos)) if p >= 0]
-        if not nxt:
-            return ids
-        pos = min(nxt)
-        if data.startswith(CCOB_MAGIC, pos):
-            plain, used = _decompress_ccob(data, pos)
-            ids.extend(hip_bundle_ids(plain))
+    while pos < blob.size:
+        pos = blob.find((BUNDLE_MAGIC, CCOB_MAGIC), pos)
+        if pos < 0:
+            break
+        if blob.read(pos, len(CCOB_MAGIC), "magic") == CCOB_MAGIC:
+            plain, used = _ccob_bundle(blob, pos)
+            ids.extend(_parse_bundle(plain, 0)[0])
             pos += used
         else:
-            found, pos = _parse_bundle(data, pos)
-            ids.extend(found)
+            entries, pos = _parse_bundle(blob, pos)
+            ids.extend(entries)
+        if len(ids) > MAX_ENTRIES:
+            raise VerifyError(f"more than {MAX_ENTRIES} offload bundle entries")
+    return ids
 
 
 def hip_target(entry_id: str) -> str | None:
@@ -211,55 +383,81 @@ def hip_target(entry_id: str) -> str | None:
 
 
 FATBIN_FLAG_ARCH_SPECIFIC = 0x100000  # entry built for an 'a' target (sm_90a): its code runs on that chip only
+FATBIN_HEADER = 16
+FATBIN_ENTRY_MIN = 48  # kind .. flags: the fields read below
 
 
-def cuda_fatbin_entries(data: bytes) -> list[tuple[int, str]]:
+def cuda_fatbin_entries(data: bytes | Blob) -> list[tuple[int, str]]:
     """(kind, arch such as '90' or '90a') for every entry of the fat binaries laid out in `.nv_fatbin`."""
+    blob = data if isinstance(data, Blob) else Blob(data, len(data))
     entries: list[tuple[int, str]] = []
     magic = struct.pack("<I", FATBIN_MAGIC)
     pos = 0
-    while True:
-        pos = data.find(magic, pos)
-        if pos < 0:
-            return entries
-        _, _version, header_size, fat_size = struct.unpack_from("<IHHQ", data, pos)
+    while (pos := blob.find((magic,), pos)) >= 0:
+        _, _version, header_size, fat_size = blob.unpack("<IHHQ", pos, "fat binary header")
+        if header_size < FATBIN_HEADER:
+            raise VerifyError(f"fat binary at offset {pos}: header size {header_size} is below {FATBIN_HEADER}")
+        blob.check(pos, header_size + fat_size, "fat binary")
         cur, end = pos + header_size, pos + header_size + fat_size
-        while cur + 32 <= end:
-            kind, _v, entry_header, payload = struct.unpack_from("<HHIQ", data, cur)
-            (arch,) = struct.unpack_from("<I", data, cur + 28)
-            (flags,) = struct.unpack_from("<Q", data, cur + 40)
-            if entry_header == 0:
-                break
+        while cur < end:
+            kind, _v, entry_header, payload = blob.unpack("<HHIQ", cur, "fat binary entry")
+            if entry_header < FATBIN_ENTRY_MIN:
+                raise VerifyError(f"fat binary entry at offset {cur}: header size {entry_header} is too small")
+            if cur + entry_header + payload > end:
+                raise VerifyError(f"fat binary entry at offset {cur} runs past its fat binary")
+            (arch,) = blob.unpack("<I", cur + 28, "fat binary entry")
+            (flags,) = blob.unpack("<Q", cur + 40, "fat binary entry")
             entries.append((kind, f"{arch}{'a' if flags & FATBIN_FLAG_ARCH_SPECIFIC else ''}"))
+            if len(entries) > MAX_ENTRIES:
+                raise VerifyError(f"more than {MAX_ENTRIES} fat binary entries")
             cur += entry_header + payload
         pos = end
+    return entries
 
 
 # --- listing and comparison ------------------------------------------------------------------------------
 
 
+def _open_regular(p: Path) -> BinaryIO:
+    """Open for reading without blocking (a FIFO would), and refuse what is not a regular file (/dev/zero)."""
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise VerifyError(f"cannot read {p}: {exc.strerror or exc}") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise VerifyError(f"{p} is not a regular file")
+    return os.fdopen(fd, "rb")
+
+
 def list_code_objects(path: str | Path) -> Listing:
     """Read a library (ELF shared object, or a bare bundle / fat binary) and list its device code."""
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise VerifyError(f"cannot read {p}: {exc.strerror or exc}") from exc
+    with _open_regular(p) as fh:
+        try:
+            return list_blob(p, Blob(fh, os.fstat(fh.fileno()).st_size))
+        except OSError as exc:
+            raise VerifyError(f"cannot read {p}: {exc.strerror or exc}") from exc
+
+
+def list_blob(p: Path, blob: Blob) -> Listing:
+    """The listing of one file's bytes (an open file or bytes in memory), named p in messages."""
     listing = Listing(library=str(p))
-    sections = elf_sections(data)
+    head = blob.read(0, min(len(BUNDLE_MAGIC), blob.size), "magic")
+    sections = elf_section_blobs(blob)
     if not sections:
-        if data.startswith((BUNDLE_MAGIC, CCOB_MAGIC)):
-            sections = {".hip_fatbin": data}
-        elif data[:4] == struct.pack("<I", FATBIN_MAGIC):
-            sections = {".nv_fatbin": data}
-        elif data[:4] != b"\x7fELF":
+        if head.startswith((BUNDLE_MAGIC, CCOB_MAGIC)):
+            sections = {".hip_fatbin": blob}
+        elif head[:4] == struct.pack("<I", FATBIN_MAGIC):
+            sections = {".nv_fatbin": blob}
+        elif head[:4] != b"\x7fELF":
             raise VerifyError(f"{p} is not an ELF file, offload bundle or CUDA fat binary")
-    hip = sections.get(".hip_fatbin", b"")
+    hip = sections.get(".hip_fatbin")
     for entry in hip_bundle_ids(hip) if hip else []:
         listing.entries.append(entry)
         if (target := hip_target(entry)) is not None:
             listing.code_objects.append(target)
-    nv = sections.get(".nv_fatbin", b"")
+    nv = sections.get(".nv_fatbin")
     for kind, arch in cuda_fatbin_entries(nv) if nv else []:
         if kind == FATBIN_KIND_ELF:
             listing.code_objects.append(f"sm_{arch}")
@@ -273,7 +471,7 @@ def list_code_objects(path: str | Path) -> Listing:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Processors missing from / not asked for in the library; empty both means it matches."""
+    """Targets missing from / code objects not asked for in the library; empty both means it matches."""
 
     missing: list[str]
     unexpected: list[str]
@@ -283,11 +481,67 @@ class Comparison:
         return not self.missing and not self.unexpected
 
 
+# AMDGPU target IDs: a processor and features such as `sramecc+`, `xnack-`. The compatibility rule is LLVM's
+# isCompatibleTargetID (llvm/llvm-project clang/lib/Basic/TargetID.cpp, commit 5c3355625bc9): a code object
+# loads on a device when the processors are equal and every feature the code object specifies has the same
+# sign on the device; a feature the code object leaves unspecified ("any") matches either sign. A device
+# always has a concrete setting, so a request leaving a feature unspecified asks for code that loads on both.
+# sramecc and xnack are the only target ID features LLVM knows (getAllPossibleAMDGPUTargetIDFeatures there);
+# a code object naming another one does not parse for the loader and so never loads.
+AMDGPU_FEATURES = ("sramecc", "xnack")
+_FEATURE_RE = re.compile(r"^([a-z0-9_]+)([+-])$")
+
+
+def _target_id(text: str) -> tuple[str, dict[str, str]] | None:
+    """`gfx942:sramecc+:xnack-` -> ("gfx942", {"sramecc": "+", "xnack": "-"}); None when malformed."""
+    proc, *parts = text.split(":")
+    features: dict[str, str] = {}
+    for part in parts:
+        m = _FEATURE_RE.match(part)
+        if not proc or not m or m.group(1) in features or m.group(1) not in AMDGPU_FEATURES:
+            return None
+        features[m.group(1)] = m.group(2)
+    return proc, features
+
+
+def _loads_on(code_object: tuple[str, dict[str, str]], device: tuple[str, dict[str, str]]) -> bool:
+    """isCompatibleTargetID(provided=code object, requested=device), the device's features all specified."""
+    return code_object[0] == device[0] and all(device[1].get(f) == v for f, v in code_object[1].items())
+
+
+def _devices(request: tuple[str, dict[str, str]]) -> list[tuple[str, dict[str, str]]]:
+    """Every device configuration a request covers: its features as given, the others either way."""
+    configs: list[dict[str, str]] = [{}]
+    for feature in AMDGPU_FEATURES:
+        signs = [request[1][feature]] if feature in request[1] else ["+", "-"]
+        configs = [{**c, feature: sign} for c in configs for sign in signs]
+    return [(request[0], c) for c in configs]
+
+
+def _satisfied(want: str, have: list[str]) -> bool:
+    if not want.startswith("gfx"):
+        return want in have  # CUDA: sm_90, sm_90a and compute_90 are each their own target
+    request = _target_id(want)
+    objects = [t for t in map(_target_id, have) if t is not None]
+    return request is not None and all(any(_loads_on(c, d) for c in objects) for d in _devices(request))
+
+
+def _wanted(have: str, wants: list[str]) -> bool:
+    if not have.startswith("gfx"):
+        return have in wants
+    code_object = _target_id(have)
+    requests = [t for t in map(_target_id, wants) if t is not None]
+    return code_object is not None and any(_loads_on(code_object, d) for r in requests for d in _devices(r))
+
+
 def compare(listing: Listing, requested: Requested) -> Comparison:
-    """Exact comparison on processor names (features ignored), ELF code objects and PTX alike."""
-    have = {processor(c) for c in [*listing.code_objects, *listing.ptx]}
-    want = {processor(c) for c in [*requested.code_objects, *requested.ptx]}
-    return Comparison(sorted(want - have), sorted(have - want))
+    """Missing: a requested target some device of which no code object loads on (LLVM's target ID rules).
+    Unexpected: a code object that loads on no requested device. PTX entries compare exactly."""
+    have = [*listing.code_objects, *listing.ptx]
+    want = [*requested.code_objects, *requested.ptx]
+    missing = [w for w in want if not _satisfied(w, have)]
+    unexpected = [h for h in have if not _wanted(h, want)]
+    return Comparison(sorted(dict.fromkeys(missing)), sorted(dict.fromkeys(unexpected)))
 
 
 def report(listing: Listing, requested: Requested) -> dict[str, object]:
@@ -355,7 +609,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {mismatch_message(result)}", file=sys.stderr)
         return 1
     if args.json_out:
-        write_json_atomic(args.json_out, report(listing, requested))
+        try:
+            write_json_atomic(args.json_out, report(listing, requested))
+        except OSError as exc:
+            print(f"error: cannot write {args.json_out}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     return 0
 
 

@@ -143,11 +143,16 @@ def test_lists_hip_code_objects_with_features(hip_lib: Path) -> None:
     assert "host-x86_64-unknown-linux--" in listing.entries
 
 
-def test_hip_compare_on_processor_names(hip_lib: Path) -> None:
+FULL_REQUEST = "gfx908;gfx90a:xnack+;gfx942:sramecc+:xnack-"
+
+
+def test_hip_compare_follows_the_loaders_target_id_rules(hip_lib: Path) -> None:
+    """A code object with a feature set loads only where that feature has that sign (LLVM isCompatibleTargetID)."""
     listing = kv.list_code_objects(hip_lib)
-    assert kv.compare(listing, kv.parse_arch_list("gfx908;gfx90a;gfx942")).ok
-    result = kv.compare(listing, kv.parse_arch_list("gfx90a;gfx942;gfx1100"))
-    assert result.missing == ["gfx1100"]
+    assert kv.compare(listing, kv.parse_arch_list(FULL_REQUEST)).ok
+    # gfx90a (any xnack) also means xnack- GPUs, where a gfx90a:xnack+ code object does not load
+    result = kv.compare(listing, kv.parse_arch_list("gfx90a:xnack+;gfx942:sramecc+:xnack-;gfx1100;gfx90a"))
+    assert result.missing == ["gfx1100", "gfx90a"]
     assert result.unexpected == ["gfx908"]
 
 
@@ -198,12 +203,12 @@ def run_script(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def test_standalone_match_writes_contract_json(hip_lib: Path, tmp_path: Path) -> None:
     out = tmp_path / "opt" / "kernels.json"
-    done = run_script(str(hip_lib), "--arch", "gfx908;gfx90a;gfx942", "--json-out", str(out), cwd=tmp_path)
+    done = run_script(str(hip_lib), "--arch", FULL_REQUEST, "--json-out", str(out), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     doc = json.loads(out.read_text())
     assert doc == {
         "library": str(hip_lib),
-        "requested": ["gfx908", "gfx90a", "gfx942"],
+        "requested": ["gfx908", "gfx90a:xnack+", "gfx942:sramecc+:xnack-"],
         "code_objects": ["gfx908", "gfx90a:xnack+", "gfx942:sramecc+:xnack-"],
         "ptx": [],
     }
@@ -229,10 +234,10 @@ def test_standalone_bad_input_exits_2(tmp_path: Path) -> None:
 
 def test_cli_verify_exit_codes(hip_lib: Path, tmp_path: Path) -> None:
     runner = CliRunner()
-    ok = runner.invoke(main, ["kernels", "verify", str(hip_lib), "--arch", "gfx908,gfx90a,gfx942", "--json"])
+    ok = runner.invoke(main, ["kernels", "verify", str(hip_lib), "--arch", FULL_REQUEST.replace(";", ","), "--json"])
     assert ok.exit_code == 0, ok.output
     assert json.loads(ok.stdout)["code_objects"][0] == "gfx908"
-    diff = runner.invoke(main, ["kernels", "verify", str(hip_lib), "--arch", "gfx90a;gfx942"])
+    diff = runner.invoke(main, ["kernels", "verify", str(hip_lib), "--arch", FULL_REQUEST.split(";", 1)[1]])
     assert diff.exit_code == 1
     assert "error: code objects differ from the requested arches: not requested gfx908" in diff.stderr
     bad = runner.invoke(main, ["kernels", "verify", str(hip_lib), "--arch", "volta"])

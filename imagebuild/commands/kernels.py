@@ -37,4 +37,7 @@ def verify(file: Path, arch: str, json_out: Path | None, as_json: bool) -> None:
     if not result.ok:
         raise CheckFailed(kv.mismatch_message(result), hint=f"rebuild {file.name} with the requested arch list")
     if json_out is not None:
-        kv.write_json_atomic(json_out, doc)
+        try:
+            kv.write_json_atomic(json_out, doc)
+        except OSError as exc:
+            raise ConfigError(f"cannot write {json_out}: {exc.strerror or exc}") from None
