@@ -90,9 +90,21 @@ def inspect(importer: Importer = importlib.import_module) -> AttentionState:
     return AttentionState(flash, paged_error is None, flash_error, paged_error)
 
 
+def promises_for(promises: dict[str, dict[str, bool]], arch: str | None) -> dict[str, bool]:
+    """The promises made for the device's arch: its exact ID, else the image arch it runs (gfx942 for
+    gfx942:sramecc+:xnack-, by the manifest's own feature rule)."""
+    if not arch:
+        return {}
+    if arch in promises:
+        return promises[arch]
+    from smoke.manifest import arch_matches
+
+    return next((p for image_arch, p in promises.items() if arch_matches(arch, image_arch)), {})
+
+
 def failures(promises: dict[str, dict[str, bool]], arch: str | None, state: AttentionState) -> list[str]:
     """The broken promises for this arch: each names the path, the arch and the missing module."""
-    promised = promises.get(arch or "", {}) if arch else {}
+    promised = promises_for(promises, arch)
     out = []
     for path, enabled, why in (("flash", state.flash, state.flash_error), ("paged", state.paged, state.paged_error)):
         if promised.get(path) and not enabled:

@@ -330,3 +330,13 @@ def test_tgi_attention_check_isolated_with_standin_tgi_package(tmp_path: Path, m
     broken, state = tgi_attention.check_isolated(PROMISED, "gfx942", timeout_s=60)
     assert state is not None and not state.flash and not state.paged
     assert any("'text_generation_server'" in f for f in broken), broken
+
+
+def test_tgi_attention_promises_found_for_a_device_arch_with_features() -> None:
+    from smoke import tgi_attention
+
+    off = tgi_attention.AttentionState(False, True, "x: module 'flash_attn_2_cuda' cannot be imported", None)
+    broken = tgi_attention.failures(PROMISED, "gfx942:sramecc+:xnack-", off)
+    assert len(broken) == 1 and "flash attention promised for gfx942:sramecc+:xnack-" in broken[0]
+    assert tgi_attention.failures(PROMISED, "gfx90a:sramecc+:xnack-", off) == []
+    assert tgi_attention.failures(PROMISED, None, off) == []
