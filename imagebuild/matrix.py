@@ -52,7 +52,11 @@ ArchVariable = Literal[
     "TORCH_CUDA_ARCH_LIST",
     "CMAKE_CUDA_ARCHITECTURES",
 ]
+ArchForm = arches.ArchForm
 Backend = Literal["flash", "efficient", "cudnn", "math"]
+# A pip requirement pinned to one version (`name==1.2.3`): what a build installs before it compiles.
+PinnedRequirement = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!-]+$")]
+LocalVersion = Annotated[str, Field(pattern=r"^[a-z0-9]+(\.[a-z0-9]+)*$")]
 EnvName = Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")]
 
 
@@ -130,13 +134,27 @@ class Platform(Strict):
     env: dict[EnvName, Text] = {}
 
 
+class Companion(Strict):
+    """A package that must ship with this torch build (Triton for a ROCm source build), pinned, from an index."""
+
+    name: Name
+    version: Text
+    index_url: Text
+    why: Text = ""
+
+
 class TorchBuild(Strict):
     obtain: Literal["wheel", "source"]
     index_url: Text | None = None
     find_links: Text | None = None
     source: Source | None = None
     patches: list[Patch] = []
-    arch_vars: list[ArchVariable] = []
+    # `+local` part of torch.__version__: the wheel index's label (cu121), or what a source build is stamped with
+    # through PYTORCH_BUILD_VERSION; manifest, labels and the pip constraint all use the same string.
+    local_version: LocalVersion | None = None
+    build_requires: list[PinnedRequirement] = []
+    companions: list[Companion] = []
+    arch_vars: dict[ArchVariable, ArchForm] = {}
     supported: list[ArchName] = []
     experimental: list[ArchName] = []
     build_env: dict[EnvName, Text] = {}
@@ -158,18 +176,28 @@ class Torch(Strict):
     version: Text
     builds: dict[PlatformKind, TorchBuild]
 
+    def reported_version(self, kind: PlatformKind) -> str:
+        """What `torch.__version__` says in an image of this platform kind."""
+        build = self.builds.get(kind)
+        local = build.local_version if build else None
+        return f"{self.version}+{local}" if local else self.version
+
 
 class Component(Strict):
     description: Text = ""
     kind: Literal["kernels", "python-ext"]
     platforms: list[PlatformKind]
     source: Source
-    arch_vars: list[ArchVariable] = []
+    # The variables this component's build reads (env var, as its setup.py / CMake reads them), each with the
+    # form it accepts; a variable of another vendor is ignored on that platform.
+    arch_vars: dict[ArchVariable, ArchForm] = {}
+    fixed_arches: list[ArchName] = []  # arches its build hard-codes (e.g. -gencode flags in setup.py)
     supported: list[ArchName] = []
     experimental: list[ArchName] = []
     optional: bool = False
     max_jobs: int | None = Field(default=None, ge=1, le=512)
-    requirements: Text | None = None
+    build_requires: list[PinnedRequirement] = []  # what its setup.py imports, installed before the build
+    build_env: dict[EnvName, Text] = {}  # switches its build reads (e.g. forcing a local build)
 
 
 class TgiServer(Strict):
@@ -226,11 +254,14 @@ class PipRuntime(Strict):
 
     kind: Literal["pip"]
     description: Text = ""
-    requirements: Text  # path in this repository, installed with `pip install -r` under a torch constraint
+    # A file in this repository holding every package as `name==version --hash=sha256:...`, torch excluded.
+    requirements: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*$")]
     entrypoint: Text
     serve: list[Text]  # argv after the entrypoint; `{model}` and `{port}` are filled in by whoever starts it
+    serve_env: dict[EnvName, Text] = {}
     health: Text = "/health"
     api: Literal["openai", "tgi"] = "openai"
+    startup_timeout_s: int = Field(default=300, ge=1)
 
 
 Runtime = Annotated[TgiRuntime | PipRuntime, Field(discriminator="kind")]
@@ -298,24 +329,120 @@ class _Positions:
         return None
 
 
+# Limits that keep a hostile matrix cheap to refuse; the real matrix is about 10 KB, under 1,000 nodes, 7 deep.
+MAX_MATRIX_BYTES = 1 << 20
+MAX_NODES = 100_000  # nodes of the tree once aliases are expanded
+MAX_DEPTH = 64  # nesting, also once aliases are expanded
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _where(file: Path, mark: yaml.Mark | None) -> str:
+    return f"{file}:{mark.line + 1}:{mark.column + 1}" if mark else str(file)
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader whose composer refuses nesting beyond MAX_DEPTH before recursing into it (PyYAML composes
+    recursively: ~500 levels would overflow Python's stack)."""
+
+    def __init__(self, stream: str, file: Path) -> None:
+        super().__init__(stream)
+        self.file = file
+        self.depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise ConfigError(f"{_where(self.file, mark)}: nested deeper than {MAX_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
+def _check_expansion(root: yaml.Node, file: Path) -> None:
+    """Refuse alias bombs and alias cycles before anything is built: the expanded tree is measured on the
+    node graph, each node once, so a 1 KB file that expands to billions of nodes costs microseconds."""
+    measured: dict[int, tuple[int, int]] = {}  # node -> (nodes, height) of its expansion
+    active: set[int] = set()
+
+    def measure(node: yaml.Node, level: int) -> int:
+        key = id(node)
+        nodes, height = measured.get(key, (0, 0))
+        if level + height > MAX_DEPTH:
+            raise ConfigError(f"{_where(file, node.start_mark)}: nested deeper than {MAX_DEPTH} levels through aliases")
+        if nodes:
+            return nodes
+        if key in active:
+            raise ConfigError(f"{_where(file, node.start_mark)}: an alias refers to a node that contains it")
+        active.add(key)
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        total = 1
+        for child in children:
+            total += measure(child, level + 1)
+            height = max(height, measured[id(child)][1] + 1)
+            if total > MAX_NODES:
+                raise ConfigError(
+                    f"{_where(file, node.start_mark)}: expands to more than {MAX_NODES} nodes through aliases",
+                    hint="an alias bomb? write the values out or use fewer nested aliases",
+                )
+        active.discard(key)
+        measured[key] = (total, height)
+        return total
+
+    measure(root, 0)
+
+
+def _construct(loader: yaml.SafeLoader, node: yaml.Node, path: KeyPath, file: Path) -> Any:
+    try:
+        return loader.construct_object(node)
+    except (ValueError, TypeError, OverflowError) as exc:  # e.g. a timestamp with month 13
+        raise _located_error(file, node.start_mark, path, f"cannot read this value: {exc}") from None
+
+
+def _pairs(loader: yaml.SafeLoader, node: yaml.MappingNode, path: KeyPath, file: Path) -> list[Any]:
+    """(key, key node, value node) of a mapping, merge keys (`<<`) applied as YAML defines them: a key
+    written in the mapping overrides a merged one, and an earlier merged mapping wins over a later one.
+    Only keys written twice in the same mapping are duplicates."""
+    own: dict[str, tuple[yaml.Node, yaml.Node]] = {}
+    merged: dict[str, tuple[yaml.Node, yaml.Node]] = {}
+    for key_node, value_node in node.value:
+        if key_node.tag == _MERGE_TAG:
+            sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+            for source in sources:
+                if not isinstance(source, yaml.MappingNode):
+                    raise _located_error(
+                        file, source.start_mark, path, "a merge key (<<) takes a mapping or a list of mappings"
+                    )
+                for key, k_node, v_node in _pairs(loader, source, path, file):
+                    merged.setdefault(key, (k_node, v_node))
+            continue
+        key = _construct(loader, key_node, path, file)
+        if not isinstance(key, str | int | float | bool) or key is None:
+            raise _located_error(file, key_node.start_mark, path, "mapping keys must be plain scalars")
+        key = str(key)
+        if key in own:
+            raise _located_error(file, key_node.start_mark, (*path, key), f"duplicate key '{key}'")
+        own[key] = (key_node, value_node)
+    combined = {**merged, **own}
+    return [(key, *nodes) for key, nodes in combined.items()]
+
+
 def _build(loader: yaml.SafeLoader, node: yaml.Node, path: KeyPath, pos: _Positions, file: Path) -> Any:
     pos.values[path] = node.start_mark
     if isinstance(node, yaml.MappingNode):
-        loader.flatten_mapping(node)
         result: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
-            key = loader.construct_object(key_node)
-            if not isinstance(key, str | int | float | bool) or key is None:
-                raise _located_error(file, key_node.start_mark, path, "mapping keys must be plain scalars")
-            key = str(key)
-            if key in result:
-                raise _located_error(file, key_node.start_mark, (*path, key), f"duplicate key '{key}'")
+        for key, key_node, value_node in _pairs(loader, node, path, file):
             pos.keys[(*path, key)] = key_node.start_mark
             result[key] = _build(loader, value_node, (*path, key), pos, file)
         return result
     if isinstance(node, yaml.SequenceNode):
         return [_build(loader, item, (*path, i), pos, file) for i, item in enumerate(node.value)]
-    return loader.construct_object(node)
+    return _construct(loader, node, path, file)
 
 
 def format_path(path: KeyPath) -> str:
@@ -445,12 +572,26 @@ class Target:
 
     def arch_supports(self) -> list[arches.ArchSupport]:
         """The torch build and every component, as the arch resolver sees them."""
+        vendor = arches.PLATFORM_VENDOR[self.platform.kind]
+        build = self.torch_build
         supports = [
-            arches.ArchSupport("pytorch", tuple(self.torch_build.supported), tuple(self.torch_build.experimental))
+            arches.ArchSupport(
+                "pytorch",
+                tuple(build.supported),
+                tuple(build.experimental),
+                arch_vars=_vars_for(vendor, build.arch_vars),
+            )
         ]
         for name, component in self.components:
             supports.append(
-                arches.ArchSupport(name, tuple(component.supported), tuple(component.experimental), component.optional)
+                arches.ArchSupport(
+                    name,
+                    tuple(component.supported),
+                    tuple(component.experimental),
+                    component.optional,
+                    _vars_for(vendor, component.arch_vars),
+                    tuple(a for a in component.fixed_arches if arches.parse_target(a).vendor == vendor),
+                )
             )
         return supports
 
@@ -467,6 +608,11 @@ class Target:
             env=env,
             allow_experimental=allow_experimental or self.allow_experimental,
         )
+
+
+def _vars_for(vendor: str | None, wanted: dict[str, ArchForm]) -> tuple[tuple[str, ArchForm], ...]:
+    """The arch variables of this vendor only: a ROCm stage never gets TORCH_CUDA_ARCH_LIST."""
+    return tuple((name, form) for name, form in wanted.items() if arches.ARCH_VARIABLES[name][0] == vendor)
 
 
 @dataclass(frozen=True)
@@ -566,10 +712,23 @@ def _check_references(model: MatrixModel, pos: _Positions, file: Path) -> list[T
                         ("torch", key, "builds", kind, "attention"),
                         f"no attention backends listed for {', '.join(missing)}",
                     )
-            for var_index, var in enumerate(build.arch_vars):
+            for var in build.arch_vars:
                 if arches.ARCH_VARIABLES[var][0] != arches.PLATFORM_VENDOR[kind]:
-                    raise fail(("torch", key, "builds", kind, "arch_vars", var_index), f"{var} is not read on {kind}")
+                    raise fail(("torch", key, "builds", kind, "arch_vars", var), f"{var} is not read on {kind}")
     for name, component in model.components.items():
+        vendors = {arches.PLATFORM_VENDOR[kind] for kind in component.platforms}
+        for var in component.arch_vars:
+            if arches.ARCH_VARIABLES[var][0] not in vendors:
+                raise fail(
+                    ("components", name, "arch_vars", var),
+                    f"{var} is not read on {', '.join(component.platforms)}",
+                )
+        gpu = [kind for kind in component.platforms if kind != "cpu"]
+        if component.kind == "python-ext" and gpu and not (component.arch_vars or component.fixed_arches):
+            raise fail(
+                ("components", name),
+                "a GPU component needs arch_vars (what its build reads) or fixed_arches (what it hard-codes)",
+            )
         both = set(component.supported) & set(component.experimental)
         if both:
             raise fail(
@@ -684,19 +843,31 @@ def _matches(rule: Combo, combo: Combo) -> bool:
 
 def load_text(text: str, path: Path) -> Matrix:
     """Parse and validate matrix text; every problem is a ConfigError naming file:line:column."""
-    loader = yaml.SafeLoader(text)
+    if len(text) > MAX_MATRIX_BYTES:
+        raise ConfigError(f"{path}: the matrix is larger than {MAX_MATRIX_BYTES} bytes")
+    loader: _BoundedLoader | None = None
     pos = _Positions()
     try:
+        loader = _BoundedLoader(text, path)  # its reader refuses control characters right here
         node = loader.get_single_node()
         if node is None:
             raise ConfigError(f"{path}: the matrix file is empty")
+        _check_expansion(node, path)
         data = _build(loader, node, (), pos, path)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         raise ConfigError(f"{where}: invalid YAML: {exc.problem or exc.context}") from None
+    except yaml.YAMLError as exc:  # the reader's errors (control characters, bad encoding) carry an offset
+        offset = getattr(exc, "position", 0) or 0
+        line, column = text.count("\n", 0, offset) + 1, offset - (text.rfind("\n", 0, offset) + 1) + 1
+        reason = getattr(exc, "reason", None) or type(exc).__name__
+        character = getattr(exc, "character", None)
+        shown = f" (character {character:#x})" if isinstance(character, int) else ""
+        raise ConfigError(f"{path}:{line}:{column}: invalid YAML: {reason}{shown}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if not isinstance(data, dict):
         raise ConfigError(f"{path}:1:1: the matrix must be a mapping of sections (platforms, torch, ...)")
     try:
@@ -710,7 +881,11 @@ def load_text(text: str, path: Path) -> Matrix:
 def load_matrix(path: Path) -> Matrix:
     """Load matrix.yaml (or another path); a missing or unreadable file is a ConfigError."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as fh:  # bounded: /dev/zero or a huge file is refused, not read whole
+            raw = fh.read(MAX_MATRIX_BYTES + 1)
+        if len(raw) > MAX_MATRIX_BYTES:
+            raise ConfigError(f"{path}: the matrix is larger than {MAX_MATRIX_BYTES} bytes")
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(
             f"{path}: no such matrix file", hint="pass --matrix PATH or run from the repository root"

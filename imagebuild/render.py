@@ -97,6 +97,8 @@ def manifest(target: Target, resolution: Resolution) -> dict[str, Any]:
             "arches": [],
             "experimental": [],
             "reason": f"not built for the {platform.kind} platform",
+            "arch_vars": {},
+            "fixed_arches": [],
         }
     tunable = target.tunableop
     return {
@@ -110,10 +112,12 @@ def manifest(target: Target, resolution: Resolution) -> dict[str, Any]:
             "base_digest": platform.base_digest,
         },
         "torch": {
-            "version": target.torch.version,
+            "version": target.torch.reported_version(platform.kind),
             "obtained": build.obtain,
             "source": _source(build.source) if build.source else None,
             "patches": [p.model_dump() for p in build.patches],
+            "companions": [c.model_dump() for c in build.companions],
+            "arch_vars": dict(resolution.components["pytorch"].env) if "pytorch" in resolution.components else {},
         },
         "gpu_arches": [t.id for t in resolution.arches],
         "arch_source": resolution.source,
@@ -128,7 +132,7 @@ def manifest(target: Target, resolution: Resolution) -> dict[str, Any]:
             "filename": f"{tunable.results_dir}/{tunable.filename}",
         },
         "versions": {
-            "torch": target.torch.version,
+            "torch": target.torch.reported_version(platform.kind),
             "rocm": platform.version if platform.kind == "rocm" else None,
             "cuda": platform.version if platform.kind == "cuda" else None,
             "python": platform.python_version,
@@ -148,14 +152,15 @@ def _runtime_manifest(target: Target, resolution: Resolution) -> dict[str, Any] 
         "serve": [runtime.entrypoint, *runtime.serve],
         "health": runtime.health,
         "api": runtime.api,
+        "serve_env": dict(runtime.serve_env),
+        "startup_timeout_s": runtime.startup_timeout_s,
     }
     if isinstance(runtime, TgiRuntime):
         section["source"] = _source(runtime.source)
-        section["serve_env"] = dict(runtime.serve_env)
-        section["startup_timeout_s"] = runtime.startup_timeout_s
         section["attention"] = tgi_attention_promises(target, resolution)
     else:
         section["requirements"] = runtime.requirements
+        section["attention"] = {}  # a pip runtime makes no flash / paged promises
     return section
 
 
@@ -228,6 +233,13 @@ def _entrypoint_and_cmd(target: Target) -> tuple[list[str], list[str]]:
     return [ENTRYPOINT_PATH], ["python3", "-m", "smoke"]
 
 
+def _constraints(target: Target) -> list[str]:
+    """Pins every later pip call in the image honours (PIP_CONSTRAINT): nothing may replace this torch."""
+    build = target.torch_build
+    pins = [f"torch=={target.torch.reported_version(target.platform.kind)}", *build.build_requires]
+    return pins + [f"{c.name}=={c.version}" for c in build.companions]
+
+
 def _final_env(target: Target) -> dict[str, str]:
     tunable = target.tunableop
     env = {"HF_HOME": "/data"}
@@ -250,7 +262,10 @@ def _context(target: Target, resolution: Resolution, manifest_path: str, command
             "description": component.description or name,
             "source": component.source,
             "max_jobs": component.max_jobs,
-            "requirements": component.requirements,
+            "arch_env": dict(resolution.components[name].env),
+            "fixed_arches": list(resolution.components[name].fixed_arches),
+            "build_requires": list(component.build_requires),
+            "build_env": dict(component.build_env),
         }
         for name, component in target.components
         if name in included
@@ -266,7 +281,7 @@ def _context(target: Target, resolution: Resolution, manifest_path: str, command
         "org.opencontainers.image.title": f"imagebuild {target.name}",
         "io.imagebuild.target": target.name,
         "io.imagebuild.platform": target.platform_name,
-        "io.imagebuild.torch": target.torch.version,
+        "io.imagebuild.torch": target.torch.reported_version(platform.kind),
         "io.imagebuild.arches": resolution.arch_list or "none",
     }
     return {
@@ -284,6 +299,11 @@ def _context(target: Target, resolution: Resolution, manifest_path: str, command
         },
         "torch": {
             "version": target.torch.version,
+            "reported_version": target.torch.reported_version(platform.kind),
+            "arch_env": dict(resolution.components["pytorch"].env) if "pytorch" in resolution.components else {},
+            "build_requires": list(build.build_requires),
+            "companions": build.companions,
+            "constraints": _constraints(target) if platform.kind != "cpu" else [],
             "obtain": build.obtain,
             "index_url": build.index_url,
             "find_links": "build/wheelhouse" if build.find_links else None,

@@ -26,9 +26,10 @@ def command(
         resolution = target.resolve(arch_arg, dict(os.environ), allow_experimental)
         data = resolution.as_dict()
         context = _context(target, resolution, "", "")
-        stages = {"torch-build" if target.torch_build.obtain == "source" else "torch": dict(resolution.env)}
+        torch_stage = "torch-build" if target.torch_build.obtain == "source" else "torch"
+        stages = {torch_stage: dict(context["torch"]["arch_env"])}
         for component in context["components"]:
-            stages[component["stage"]] = dict(resolution.env)
+            stages[component["stage"]] = dict(component["arch_env"])  # only what that build reads
         if target.runtime and target.runtime.kind == "tgi":
             stages["runtime-server"] = dict(resolution.env)
         stages["final"] = dict(resolution.env)

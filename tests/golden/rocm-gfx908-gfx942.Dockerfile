@@ -22,26 +22,32 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     && if [ -s /run/secrets/pipindex ]; then PIP_INDEX_URL="$(cat /run/secrets/pipindex)" && export PIP_INDEX_URL; fi \
     && pip install setuptools==69.5.1 wheel==0.43.0 ninja==1.11.1.1
 
-# ---- torch-build: PyTorch 2.3.0 from source (https://github.com/pytorch/pytorch v2.3.0), patches applied ----
+# ---- torch-build: PyTorch 2.3.0+rocm6.1 from source (https://github.com/fxmarty/pytorch 2.3-patched) ----
 FROM base AS torch-build
-ENV PYTORCH_ROCM_ARCH="gfx908;gfx942" \
-    GPU_TARGETS="gfx908;gfx942" \
-    AMDGPU_TARGETS="gfx908;gfx942" \
-    GPU_ARCHS="gfx908;gfx942" \
-    FA_GFX_ARCHS="gfx908;gfx942" \
-    AOTRITON_TARGET_ARCH="gfx908;gfx942"
+ENV PYTORCH_ROCM_ARCH="gfx908;gfx942"
 ENV USE_ROCM="1" \
     USE_CUDA="0" \
     BUILD_TEST="0" \
+    BUILD_CAFFE2="0" \
+    BUILD_CAFFE2_OPS="0" \
+    USE_FBGEMM="0" \
+    USE_NNPACK="0" \
+    USE_QNNPACK="0" \
+    USE_XNNPACK="0" \
     USE_FLASH_ATTENTION="1" \
-    USE_MEM_EFF_ATTENTION="0"
-ENV MAX_JOBS=16
+    USE_MEM_EFF_ATTENTION="0" \
+    _GLIBCXX_USE_CXX11_ABI="1" \
+    CMAKE_PREFIX_PATH="/opt/venv"
+# torch.__version__ is exactly this string (tools/generate_torch_version.py; a build number of 1 adds nothing).
+ENV PYTORCH_BUILD_VERSION=2.3.0+rocm6.1 \
+    PYTORCH_BUILD_NUMBER=1 \
+    MAX_JOBS=16
 ENV CCACHE_DIR=/root/.cache/ccache \
     PATH="/usr/lib/ccache:${PATH}"
 WORKDIR /src
 RUN git init -q pytorch \
-    && git -C pytorch remote add origin https://github.com/pytorch/pytorch \
-    && git -C pytorch fetch -q --depth 1 origin 97ff6cfd9c86c5c09d7ce775ab64ec5c99230f5d \
+    && git -C pytorch remote add origin https://github.com/fxmarty/pytorch \
+    && git -C pytorch fetch -q --depth 1 origin ceaa1e4a7b66e818ea4e56925bb4a5dff8c56055 \
     && git -C pytorch checkout -q --detach FETCH_HEAD \
     && git -C pytorch submodule update -q --init --recursive --depth 1
 WORKDIR /src/pytorch
@@ -49,15 +55,12 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=pipcert --mount=type=secret,id=pipindex \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
     && if [ -s /run/secrets/pipindex ]; then PIP_INDEX_URL="$(cat /run/secrets/pipindex)" && export PIP_INDEX_URL; fi \
-    && pip install -r requirements.txt
-# patch tunableop-hipblaslt-fix: TunableOp/hipBLASLt fix of pytorch PR 124362
-RUN curl -fsSL --retry 3 -o /tmp/tunableop-hipblaslt-fix.patch https://github.com/pytorch/pytorch/pull/124362.diff \
-    && { git apply --check /tmp/tunableop-hipblaslt-fix.patch \
-         || { echo "error: patch tunableop-hipblaslt-fix does not apply to pytorch 97ff6cfd9c86c5c09d7ce775ab64ec5c99230f5d" >&2; exit 1; }; } \
-    && git apply /tmp/tunableop-hipblaslt-fix.patch && rm /tmp/tunableop-hipblaslt-fix.patch
+    && printf '%s\n' 'numpy==1.26.4' 'mkl-static==2024.1.0' 'mkl-include==2024.1.0' > /tmp/torch-build-pins.txt \
+    && pip install -c /tmp/torch-build-pins.txt 'numpy==1.26.4' 'mkl-static==2024.1.0' 'mkl-include==2024.1.0' -r requirements.txt
 RUN python3 tools/amd_build/build_amd.py
 RUN --mount=type=cache,target=/root/.cache/ccache \
-    python3 setup.py bdist_wheel -d /wheels
+    python3 setup.py bdist_wheel -d /wheels \
+    && ls /wheels/torch-2.3.0+rocm6.1-*.whl
 
 # ---- torch: the built wheel installed on the base ----
 FROM base AS torch
@@ -67,15 +70,21 @@ RUN --mount=type=bind,from=torch-build,source=/wheels,target=/tmp/torch-wheels \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
     && if [ -s /run/secrets/pipindex ]; then PIP_INDEX_URL="$(cat /run/secrets/pipindex)" && export PIP_INDEX_URL; fi \
     && pip install /tmp/torch-wheels/torch-*.whl
+# pytorch-triton-rocm 2.3.0: the Triton that torch 2.3.0 ROCm wheels require, and TGI imports triton at start
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=secret,id=pipcert --mount=type=secret,id=pipindex \
+    if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
+    && if [ -s /run/secrets/pipindex ]; then PIP_INDEX_URL="$(cat /run/secrets/pipindex)" && export PIP_INDEX_URL; fi \
+    && pip install --no-deps --index-url https://download.pytorch.org/whl/rocm6.0 'pytorch-triton-rocm==2.3.0'
+# Every later pip call (components, runtime, final) keeps this torch: a requirement that wants another fails.
+RUN mkdir -p /opt/imagebuild \
+    && printf '%s\n' 'torch==2.3.0+rocm6.1' 'numpy==1.26.4' 'mkl-static==2024.1.0' 'mkl-include==2024.1.0' 'pytorch-triton-rocm==2.3.0' > /opt/imagebuild/constraints.txt \
+    && python3 -c 'import sys, torch; v = torch.__version__; sys.exit(0 if v == "2.3.0+rocm6.1" else "torch " + v + ", expected 2.3.0+rocm6.1")'
+ENV PIP_CONSTRAINT=/opt/imagebuild/constraints.txt
 
 # ---- component-imagebuild-kernels: the SiLU-and-mul and skinny linear ops (kernels/) ----
 FROM torch AS component-imagebuild-kernels
-ENV PYTORCH_ROCM_ARCH="gfx908;gfx942" \
-    GPU_TARGETS="gfx908;gfx942" \
-    AMDGPU_TARGETS="gfx908;gfx942" \
-    GPU_ARCHS="gfx908;gfx942" \
-    FA_GFX_ARCHS="gfx908;gfx942" \
-    AOTRITON_TARGET_ARCH="gfx908;gfx942"
+ENV PYTORCH_ROCM_ARCH="gfx908;gfx942"
 ENV CCACHE_DIR=/root/.cache/ccache \
     PATH="/usr/lib/ccache:${PATH}"
 COPY kernels/ /src/imagebuild-kernels/
@@ -94,12 +103,8 @@ RUN pip install --no-cache-dir --no-deps /wheels/*.whl \
 
 # ---- component-vllm-rocm: vLLM ROCm fork, paged attention and the AMD SiLU / skinny GEMM ops ----
 FROM torch AS component-vllm-rocm
-ENV PYTORCH_ROCM_ARCH="gfx908;gfx942" \
-    GPU_TARGETS="gfx908;gfx942" \
-    AMDGPU_TARGETS="gfx908;gfx942" \
-    GPU_ARCHS="gfx908;gfx942" \
-    FA_GFX_ARCHS="gfx908;gfx942" \
-    AOTRITON_TARGET_ARCH="gfx908;gfx942"
+# The arch variables this build reads, in the form it accepts (docs/upstream-fidelity.md); no others.
+ENV PYTORCH_ROCM_ARCH="gfx908;gfx942"
 ENV MAX_JOBS=8
 ENV CCACHE_DIR=/root/.cache/ccache \
     PATH="/usr/lib/ccache:${PATH}"
@@ -110,38 +115,53 @@ RUN git init -q vllm-rocm \
     && git -C vllm-rocm checkout -q --detach FETCH_HEAD \
     && git -C vllm-rocm submodule update -q --init --recursive --depth 1
 WORKDIR /src/vllm-rocm
+# What its setup.py imports besides torch and setuptools (--no-build-isolation installs nothing itself).
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=pipcert --mount=type=secret,id=pipindex \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
     && if [ -s /run/secrets/pipindex ]; then PIP_INDEX_URL="$(cat /run/secrets/pipindex)" && export PIP_INDEX_URL; fi \
-    && pip install -r requirements-rocm.txt
+    && pip install 'packaging==24.0'
+# Compiled here: the build tree must hold object files, so no prebuilt wheel slipped in.
 RUN --mount=type=cache,target=/root/.cache/ccache \
     --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=pipcert --mount=type=secret,id=pipindex \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
     && if [ -s /run/secrets/pipindex ]; then PIP_INDEX_URL="$(cat /run/secrets/pipindex)" && export PIP_INDEX_URL; fi \
-    && pip wheel --no-build-isolation --no-deps -w /wheels .
+    && pip wheel --no-build-isolation --no-deps -w /wheels . \
+    && test -n "$(find build -name '*.o' -print -quit)" \
+    && python3 -c 'import glob, sys, zipfile; names = [n for w in glob.glob("/wheels/*.whl") for n in zipfile.ZipFile(w).namelist()]; sys.exit(0 if any(n.endswith(".so") for n in names) else "no compiled module in the wheel")'
 
-# ---- runtime-build: Hugging Face text-generation-inference (Rust router and launcher, Python server): Rust launcher and router ----
-FROM rust:1.75-bookworm AS runtime-build
-# Package versions come from the pinned builder image's distribution snapshot.
-# hadolint ignore=DL3008
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends protobuf-compiler libssl-dev pkg-config \
-    && rm -rf /var/lib/apt/lists/*
+# ---- runtime-source: Hugging Face text-generation-inference (Rust router and launcher, Python server) at the pinned commit ----
+FROM rust:1.78.0-bookworm AS runtime-source
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 WORKDIR /src
 RUN git init -q runtime \
     && git -C runtime remote add origin https://github.com/huggingface/text-generation-inference \
     && git -C runtime fetch -q --depth 1 origin 232e8d522713f43834d48ae45d1330b0e6dd367e \
     && git -C runtime checkout -q --detach FETCH_HEAD \
     && git -C runtime submodule update -q --init --recursive --depth 1
+# The builder must be the toolchain rust-toolchain.toml names, or rustup fetches another one mid-build.
+RUN channel="$(sed -n 's/^channel *= *"\([^"]*\)".*/\1/p' runtime/rust-toolchain.toml)" \
+    && if [ "${channel}" != "1.78.0" ]; then echo "error: rust-toolchain.toml pins '${channel}', the matrix 1.78.0" >&2; exit 1; fi
+
+# ---- runtime-build: the Rust launcher, router and benchmark (cargo workspace; protoc for the router's gRPC client) ----
+FROM rust:1.78.0-bookworm AS runtime-build
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# Package versions come from the pinned builder image's distribution snapshot.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends protobuf-compiler libssl-dev pkg-config \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=runtime-source /src/runtime /src/runtime
 WORKDIR /src/runtime
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/usr/local/cargo/git \
     --mount=type=cache,target=/src/runtime/target \
-    cargo build --release --locked \
-    && install -m 0755 target/release/text-generation-launcher target/release/text-generation-router /usr/local/bin/
+    if [ "$(rustc --version | cut -d' ' -f2)" != "1.78.0" ]; then echo "error: rustc is not 1.78.0: $(rustc --version)" >&2; exit 1; fi \
+    && cargo build --release --locked \
+    && install -m 0755 target/release/text-generation-launcher target/release/text-generation-router target/release/text-generation-benchmark /usr/local/bin/
 
-# ---- runtime-server: the Python server of the runtime, built against this torch ----
+# ---- runtime-server: the Python server's gRPC stubs (make gen-server reads ../proto) and its wheel ----
 FROM torch AS runtime-server
 ENV PYTORCH_ROCM_ARCH="gfx908;gfx942" \
     GPU_TARGETS="gfx908;gfx942" \
@@ -149,14 +169,21 @@ ENV PYTORCH_ROCM_ARCH="gfx908;gfx942" \
     GPU_ARCHS="gfx908;gfx942" \
     FA_GFX_ARCHS="gfx908;gfx942" \
     AOTRITON_TARGET_ARCH="gfx908;gfx942"
-COPY --from=runtime-build /src/runtime/server /src/runtime-server
-WORKDIR /src/runtime-server
+COPY --from=runtime-source /src/runtime/proto /src/runtime/proto
+COPY --from=runtime-source /src/runtime/server /src/runtime/server
+WORKDIR /src/runtime/server
+# For the final stage, two pip runs as upstream's: requirements.txt (the pinned requirements, transformers at a git
+# commit), then server.txt (this wheel with the extras its modules import at top level). One run would fail: the
+# wheel names the same transformers commit by a shorter URL, and pip refuses two URLs for one project.
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=pipcert --mount=type=secret,id=pipindex \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
     && if [ -s /run/secrets/pipindex ]; then PIP_INDEX_URL="$(cat /run/secrets/pipindex)" && export PIP_INDEX_URL; fi \
     && make gen-server \
-    && pip wheel --no-deps -w /wheels .
+    && test -s text_generation_server/pb/generate_pb2.py \
+    && pip wheel --no-deps -w /wheels . \
+    && cp "requirements_rocm.txt" /wheels/requirements.txt \
+    && for wheel in /wheels/*.whl; do echo "/tmp/wheels/runtime-server/${wheel##*/}[accelerate,peft,outlines]"; done > /wheels/server.txt
 
 # ---- final: what ships ----
 FROM torch AS final
@@ -174,6 +201,15 @@ ENV HF_HOME="/data" \
     PYTORCH_TUNABLEOP_TUNING="0" \
     PYTORCH_TUNABLEOP_FILENAME="/data/tunableop/tunableop_results%d.csv" \
     PYTORCH_TUNABLEOP_MAX_TUNING_DURATION_MS="30"
+ENV HF_HUB_ENABLE_HF_TRANSFER="1" \
+    HUGGINGFACE_HUB_CACHE="/data" \
+    PORT="80"
+# Package versions come from the pinned base image's distribution snapshot.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libssl3 ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
+# pip may add what the wheels need, never another torch: the installed one is the constraint.
 RUN --mount=type=bind,from=component-imagebuild-kernels,source=/wheels,target=/tmp/wheels/component-imagebuild-kernels \
     --mount=type=bind,from=component-vllm-rocm,source=/wheels,target=/tmp/wheels/component-vllm-rocm \
     --mount=type=bind,from=runtime-server,source=/wheels,target=/tmp/wheels/runtime-server \
@@ -181,18 +217,25 @@ RUN --mount=type=bind,from=component-imagebuild-kernels,source=/wheels,target=/t
     --mount=type=secret,id=pipcert --mount=type=secret,id=pipindex \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
     && if [ -s /run/secrets/pipindex ]; then PIP_INDEX_URL="$(cat /run/secrets/pipindex)" && export PIP_INDEX_URL; fi \
-    && pip install /tmp/wheels/component-imagebuild-kernels/*.whl /tmp/wheels/component-vllm-rocm/*.whl /tmp/wheels/runtime-server/*.whl
+    && python3 -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' > /tmp/torch-constraint.txt \
+    && pip install -c /tmp/torch-constraint.txt /tmp/wheels/component-imagebuild-kernels/*.whl /tmp/wheels/component-vllm-rocm/*.whl -r /tmp/wheels/runtime-server/requirements.txt \
+    && pip install -c /tmp/torch-constraint.txt -r /tmp/wheels/runtime-server/server.txt \
+    && rm /tmp/torch-constraint.txt
 COPY --from=component-imagebuild-kernels /opt/imagebuild/kernels.json /opt/imagebuild/kernels.json
-COPY --from=runtime-build /usr/local/bin/text-generation-launcher /usr/local/bin/text-generation-router /usr/local/bin/
+COPY --from=runtime-build /usr/local/bin/text-generation-launcher /usr/local/bin/text-generation-router /usr/local/bin/text-generation-benchmark /usr/local/bin/
+# Every shared library the Rust binaries link (OpenSSL, glibc versions) resolves in this image.
+RUN { ldd /usr/local/bin/text-generation-launcher /usr/local/bin/text-generation-router /usr/local/bin/text-generation-benchmark > /tmp/ldd.txt 2>&1 || { cat /tmp/ldd.txt; exit 1; }; } \
+    && if grep 'not found' /tmp/ldd.txt; then echo "error: the runtime binaries miss shared libraries (above)" >&2; exit 1; fi \
+    && rm /tmp/ldd.txt
 COPY image/tunableop/tunableop_entrypoint.py /opt/imagebuild/bin/tunableop-entrypoint
 COPY smoke/ /opt/imagebuild/smoke/
 COPY build/render/x/manifest.json /opt/imagebuild/manifest.json
 VOLUME ["/data"]
 WORKDIR /opt/imagebuild
-ENTRYPOINT ["/opt/imagebuild/bin/tunableop-entrypoint"]
-CMD ["text-generation-launcher"]
+ENTRYPOINT ["/opt/imagebuild/bin/tunableop-entrypoint", "--default-command", "text-generation-launcher", "--ldconfig", "--"]
+CMD ["--json-output"]
 LABEL org.opencontainers.image.title="imagebuild rocm6.1-torch2.3" \
       io.imagebuild.target="rocm6.1-torch2.3" \
       io.imagebuild.platform="rocm6.1" \
-      io.imagebuild.torch="2.3.0" \
+      io.imagebuild.torch="2.3.0+rocm6.1" \
       io.imagebuild.arches="gfx908;gfx942"
