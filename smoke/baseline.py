@@ -1,4 +1,4 @@
-"""Throughput regressions against a previous report: a drop beyond the tolerance fails the check."""
+"""Regressions against a previous report: a throughput drop or a latency rise beyond the tolerance fails the check."""
 
 from __future__ import annotations
 
@@ -16,12 +16,14 @@ def load(path: str) -> dict[str, Any]:
 
 
 def apply(results: list[CheckResult], baseline: dict[str, Any], arch: str, tolerance: float) -> dict[str, Any]:
-    """Fail checks whose throughput fell more than ``tolerance`` below the baseline's; returns a summary."""
+    """Fail checks whose throughput fell (latency rose) more than ``tolerance`` past the baseline's; a summary."""
     summary: dict[str, Any] = {"tolerance": tolerance, "baseline_arch": baseline.get("arch"), "compared": 0}
     if baseline.get("arch") != arch:
         summary["note"] = f"baseline arch {baseline.get('arch')} != {arch}: throughput not compared"
         return summary
-    old = {c.get("name"): c.get("throughput") or {} for c in baseline["checks"] if isinstance(c, dict)}
+    checks = [c for c in baseline["checks"] if isinstance(c, dict)]
+    old = {c.get("name"): c.get("throughput") or {} for c in checks}
+    old_latency = {c.get("name"): c.get("latency") or {} for c in checks}
     regressions: list[str] = []
     for res in results:
         if res.status not in (PASSED, FAILED):
@@ -37,6 +39,19 @@ def apply(results: list[CheckResult], baseline: dict[str, Any], arch: str, toler
             if ratio < 1 - tolerance:
                 drop = (1 - ratio) * 100
                 msg = f"throughput regression: {key} {value:.4g} is {drop:.1f}% below baseline {ref:.4g}"
+                res.fail(msg)
+                regressions.append(f"{res.name}: {msg}")
+        before_latency = old_latency.get(res.name) or {}
+        for key, value in res.latency.items():
+            ref = before_latency.get(key)
+            if not isinstance(ref, (int, float)) or ref <= 0:
+                continue
+            summary["compared"] += 1
+            ratio = value / ref
+            res.numbers.setdefault("vs_baseline", {})[key] = round(ratio, 4)
+            if ratio > 1 + tolerance:
+                rise = (ratio - 1) * 100
+                msg = f"latency regression: {key} {value:.4g} s is {rise:.1f}% above baseline {ref:.4g} s"
                 res.fail(msg)
                 regressions.append(f"{res.name}: {msg}")
         if res.failures:

@@ -10,10 +10,20 @@ import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING, Any
 
 from smoke import REPORT_SCHEMA_VERSION, __version__
-from smoke.result import FAILED, SKIPPED, CheckResult
+from smoke.result import FAILED, PASSED, SKIPPED, CheckResult
 
 if TYPE_CHECKING:
     from smoke.context import Context
+
+
+def verdict(results: list[CheckResult]) -> tuple[bool, str]:
+    """Passed only when no check failed and at least one ran and passed: a report of nothing is not a pass."""
+    failed = [r.name for r in results if r.status == FAILED]
+    if failed:
+        return False, ", ".join(failed)
+    if not any(r.status == PASSED for r in results):
+        return False, "no check ran" + (" (all skipped)" if results else "")
+    return True, ""
 
 
 def build(ctx: Context, results: list[CheckResult], extra: dict[str, Any]) -> dict[str, Any]:
@@ -23,7 +33,7 @@ def build(ctx: Context, results: list[CheckResult], extra: dict[str, Any]) -> di
         manifest["note"] = "no manifest: ran with defaults"
     return {
         "schema_version": REPORT_SCHEMA_VERSION,
-        "passed": all(r.status != FAILED for r in results),
+        "passed": verdict(results)[0],
         "image_id": None,
         "device": ctx.info.device,
         "arch": ctx.info.arch,
@@ -103,7 +113,12 @@ def to_junit(report: dict[str, Any]) -> str:
             ET.SubElement(case, "failure", {"message": check["reason"] or "failed"}).text = check["reason"]
         elif check["status"] == SKIPPED:
             ET.SubElement(case, "skipped", {"message": check["reason"] or "skipped"})
-        out = {"numbers": check["numbers"], "throughput": check["throughput"], "warnings": check["warnings"]}
+        out = {
+            "numbers": check["numbers"],
+            "throughput": check["throughput"],
+            "latency": check.get("latency", {}),
+            "warnings": check["warnings"],
+        }
         ET.SubElement(case, "system-out").text = json.dumps(out, default=str)
     root = ET.Element("testsuites")
     root.append(suite)

@@ -18,7 +18,8 @@ class CheckResult:
     status: str = PASSED
     reason: str | None = None
     numbers: dict[str, Any] = field(default_factory=dict)
-    throughput: dict[str, float] = field(default_factory=dict)
+    throughput: dict[str, float] = field(default_factory=dict)  # higher is better
+    latency: dict[str, float] = field(default_factory=dict)  # seconds, lower is better
     warnings: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     duration_s: float = 0.0
@@ -46,6 +47,7 @@ class CheckResult:
             "reason": self.reason,
             "numbers": self.numbers,
             "throughput": {k: round(v, 4) for k, v in self.throughput.items()},
+            "latency": {k: round(v, 4) for k, v in self.latency.items()},
             "warnings": self.warnings,
             "duration_s": round(self.duration_s, 3),
         }

@@ -151,7 +151,8 @@ CASES = [
     (
         "runtime-key-of-the-other-kind",
         _replace(
-            "    entrypoint: text-generation-launcher\n", "    entrypoint: text-generation-launcher\n    requirements: x\n"
+            "    entrypoint: text-generation-launcher\n",
+            "    entrypoint: text-generation-launcher\n    requirements: x\n",
         ),
         "runtimes.text-generation-inference.requirements: unknown key 'requirements'",
         "requirements: x",

@@ -122,20 +122,6 @@ def test_broken_torch_function_fails_its_check(tmp_path: Path, manifest: Path, c
     assert json.loads(report.read_text())["passed"] is False
 
 
-def test_runtime_entrypoint_answers_help(tmp_path: Path) -> None:
-    good = write_json(tmp_path / "good.json", cpu_manifest(runtime={"name": "python", "entrypoint": "python3"}))
-    bad = write_json(
-        tmp_path / "bad.json",
-        cpu_manifest(runtime={"name": "tgi", "entrypoint": "text-generation-launcher-not-installed"}),
-    )
-    report = tmp_path / "r.json"
-    assert run_smoke(tmp_path, "--manifest", str(good), "--only", "runtime", "--report", str(report)).returncode == 0
-    assert checks_by_name(report)["runtime"]["numbers"]["help_exit_code"] == 0
-    proc = run_smoke(tmp_path, "--manifest", str(bad), "--only", "runtime", "--report", str(report))
-    assert proc.returncode == 1
-    assert "not on PATH" in checks_by_name(report)["runtime"]["reason"]
-
-
 def test_baseline_throughput_drop_fails(tmp_path: Path, manifest: Path) -> None:
     keys = ("F.silu_GBps", "eager_silu_mul_GBps")  # what the silu check measures on cpu
 

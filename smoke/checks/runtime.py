@@ -1,37 +1,131 @@
-"""The serving runtime's entrypoint is on PATH and answers ``--help``: images once shipped without it."""
+"""The image's serving runtime serves: started from the manifest's argv on a tiny model made here, asked over HTTP.
+
+Images once shipped a runtime that started but generated nothing, or TGI silently without flash attention. This
+check builds a random-weight model and a local tokenizer (no hub download), starts the server on a free
+127.0.0.1 port, waits for its health endpoint, sends generate requests and checks that tokens come back.
+For TGI it first holds flash and paged attention against the manifest's promises (smoke/tgi_attention.py).
+Server start, time to first token and tokens/s go in the report and take part in ``--baseline``.
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
+import statistics
 import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
 
 from smoke.context import Context
 from smoke.result import CheckResult
+from smoke.serve import ServeError, Server, fill, free_port, generate
+from smoke.tiny_model import PROMPT
 
-TIMEOUT_S = 120
+MODEL_TIMEOUT_S = 300
+REQUEST_TIMEOUT_S = 120
+DEFAULT_STARTUP_S = 300
+GENERATE_TOKENS = 32
+TTFT_REPEATS = 3
+ROOT = Path(__file__).resolve().parents[2]  # the directory holding the smoke package
+# A model directory to serve instead of the tiny one (a real small model on a GPU runner; stand-ins in tests).
+MODEL_ENV = "IMAGEBUILD_SMOKE_MODEL"
 
 
 def run(ctx: Context) -> CheckResult:
     res = CheckResult("runtime")
     runtime = ctx.manifest.runtime if ctx.manifest.present else None
-    if not runtime or not runtime.get("entrypoint"):
+    if not runtime or not runtime.get("serve"):
         why = "no manifest" if not ctx.manifest.present else "the image has no serving runtime"
         return res.skip(why)
-    entry = str(runtime["entrypoint"])
-    res.numbers["runtime"] = runtime.get("name")
-    path = shutil.which(entry)
-    res.numbers["entrypoint"] = path
-    if path is None:
-        res.fail(f"runtime entrypoint {entry!r} is not on PATH")
-        return res.finish()
-    try:
-        proc = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        res.fail(f"{entry} --help did not answer within {TIMEOUT_S} s")
-        return res.finish()
-    res.numbers["help_exit_code"] = proc.returncode
-    res.numbers["help_first_line"] = (proc.stdout.strip().splitlines() or [""])[0][:200]
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or [""])[-1][:200]
-        res.fail(f"{entry} --help exited {proc.returncode}: {last}")
+    res.numbers.update(runtime=runtime.get("name"), kind=runtime.get("kind"), api=runtime.get("api"))
+    if runtime.get("kind") == "tgi":
+        for failure in _tgi_attention(runtime.get("attention") or {}, ctx.info.arch):
+            res.fail(failure)
+        if ctx.gpu_expected() and not ctx.on_gpu:
+            if res.failures:
+                return res.finish()
+            return res.skip("this runtime serves on the image's GPU and none is usable (see the environment check)")
+    serve_once(runtime, res)
     return res.finish()
+
+
+def _tgi_attention(promises: dict[str, Any], arch: str) -> list[str]:
+    """Broken flash / paged attention promises, by name; a missing probe module is itself a failure."""
+    try:
+        from smoke import tgi_attention
+    except ImportError as exc:
+        return [f"smoke.tgi_attention cannot be imported ({exc}): attention promises unchecked"]
+    failures, _state = tgi_attention.check_isolated(promises, arch)
+    return failures
+
+
+def serve_once(runtime: dict[str, Any], res: CheckResult) -> None:
+    """Make the tiny model, serve it, measure; the server is always stopped and the model removed."""
+    work = Path(tempfile.mkdtemp(prefix="smoke-runtime-"))
+    try:
+        given = os.environ.get(MODEL_ENV)
+        model = Path(given) if given else work / "model"
+        res.numbers["model"] = given or "tiny random-weight Llama made by smoke.tiny_model"
+        made = None if given else _make_model(model)
+        if made is not None:
+            res.fail(made)
+            return
+        _serve(runtime, str(model), work / "server.log", res)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env.update(HF_HUB_OFFLINE="1", HF_HUB_DISABLE_PROGRESS_BARS="1", TOKENIZERS_PARALLELISM="false")
+    env.update({str(k): str(v) for k, v in (extra or {}).items()})
+    return env
+
+
+def _make_model(dest: Path) -> str | None:
+    """Build the tiny model in a child process (the runtime's own transformers); the failure line or None."""
+    cmd = [sys.executable, "-m", "smoke.tiny_model", str(dest)]
+    try:
+        proc = subprocess.run(
+            cmd, env=_child_env(), capture_output=True, text=True, timeout=MODEL_TIMEOUT_S, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return f"making the tiny model took over {MODEL_TIMEOUT_S} s"
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        return f"making the tiny model failed (exit {proc.returncode}): {last}"
+    return None
+
+
+def _serve(runtime: dict[str, Any], model: str, log_path: Path, res: CheckResult) -> None:
+    port = free_port()
+    argv = fill([str(a) for a in runtime["serve"]], model, port)
+    res.numbers["argv"] = argv
+    if shutil.which(argv[0]) is None:
+        res.fail(f"runtime entrypoint {argv[0]!r} is not on PATH")
+        return
+    api = str(runtime.get("api") or "")
+    timeout = float(runtime.get("startup_timeout_s") or DEFAULT_STARTUP_S)
+    server = Server.start(argv, _child_env(runtime.get("serve_env")), log_path, port)
+    try:
+        res.latency["server_start_s"] = server.wait_healthy(str(runtime.get("health") or "/health"), timeout)
+        first = generate(api, server.base_url, model, PROMPT, 1, REQUEST_TIMEOUT_S)  # cold: warms caches
+        res.numbers["first_request_s"] = round(first.seconds, 4)
+        ttft = [generate(api, server.base_url, model, PROMPT, 1, REQUEST_TIMEOUT_S) for _ in range(TTFT_REPEATS)]
+        res.latency["ttft_s"] = statistics.median(g.seconds for g in ttft)
+        full = generate(api, server.base_url, model, PROMPT, GENERATE_TOKENS, REQUEST_TIMEOUT_S)
+        res.throughput["tokens_per_s"] = full.tokens / full.seconds
+        res.numbers.update(completion_tokens=full.tokens, completion_sample=full.text[:80])
+    except ServeError as exc:
+        res.fail(str(exc))
+    finally:
+        code = server.stop()
+        if res.failures:
+            tail = server.log_tail()
+            res.numbers["server_exit_code"] = code
+            res.numbers["server_log_tail"] = tail
+            if tail:
+                res.fail(f"server log ends: {tail[-1]}")
