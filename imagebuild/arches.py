@@ -134,8 +134,14 @@ def _parse_nvidia(raw: str) -> GpuTarget:
     if text.upper().endswith("+PTX"):
         ptx, text = True, text[: -len("+PTX")]
     lowered = text.lower()
-    if lowered.startswith(("sm_", "compute_")):
-        name = "sm_" + lowered.split("_", 1)[1]
+    if lowered.startswith("compute_"):  # a virtual (PTX) arch: taking it for sm_XX would drop the PTX silently
+        sm = "sm_" + lowered.split("_", 1)[1]
+        raise ConfigError(
+            f"GPU target '{raw}' is a PTX (virtual) arch, not a GPU",
+            hint=f"write {sm}+PTX for {sm} code plus PTX, or {sm} for {sm} code only",
+        )
+    if lowered.startswith("sm_"):
+        name = lowered
     elif re.fullmatch(r"\d+\.\d+a?", lowered):
         name = _CAPABILITY_TO_SM.get(lowered, "")
     else:
@@ -311,12 +317,22 @@ def requested_arches(
     platform_kind: str, arch_arg: str | None, env: Mapping[str, str], default: Iterable[str]
 ) -> tuple[list[GpuTarget], str]:
     """Apply the resolution order: --arch > PYTORCH_ROCM_ARCH / TORCH_CUDA_ARCH_LIST > the matrix default."""
-    if arch_arg is not None and arch_arg.strip():
+    if arch_arg is not None:
+        if not arch_arg.strip():  # an unset CI variable, not a request for the default
+            raise ConfigError("empty arch list (--arch '')", hint="leave --arch out for the matrix default")
         return parse_list(arch_arg), "--arch"
     variable = ENV_OVERRIDE.get(platform_kind)
-    if variable and env.get(variable, "").strip():
-        return parse_list(env[variable]), f"env {variable}"
+    if variable and env.get(variable, "").strip():  # an empty variable counts as unset, as in torch's build
+        return _parse_from(env[variable], f"env {variable}"), f"env {variable}"
     return parse_list(list(default)), "matrix default"
+
+
+def _parse_from(spec: str, source: str) -> list[GpuTarget]:
+    """parse_list, its errors naming the variable the list came from (`env PYTORCH_ROCM_ARCH: ...`)."""
+    try:
+        return parse_list(spec)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc.message}", hint=exc.hint) from None
 
 
 def _plan_component(
@@ -354,7 +370,9 @@ def resolve(
     env = env if env is not None else {}
     vendor = PLATFORM_VENDOR[platform_kind]
     if vendor is None:
-        if arch_arg and arch_arg.strip():
+        if arch_arg is not None and not arch_arg.strip():
+            raise ConfigError("empty arch list (--arch '')", hint="leave --arch out for a CPU target")
+        if arch_arg:
             raise ConfigError(f"target {target} is a CPU target and takes no GPU arch (got --arch {arch_arg})")
         plans = {c.name: ComponentPlan(c.name, True) for c in components}
         return Resolution(target, platform_kind, "cpu platform", [], plans, {})

@@ -95,14 +95,39 @@ class PublishResult:
         atomic_write(path, json.dumps({"schema_version": 1, **self.__dict__}, indent=2) + "\n")
 
 
+def report_refusal(report: Any, image_id: str) -> str | None:
+    """Why a smoke report does not let this image be published, or None when it does.
+
+    `passed` alone is not trusted: the checks listed must agree with it (none failed, at least one passed;
+    a report of nothing is not a pass) and the suite must have exited 0 where the exit code is recorded.
+    """
+    if not isinstance(report, dict):
+        return "not a smoke report"
+    if report.get("image_id") != image_id:
+        return "written for another image"
+    if report.get("passed") is not True:
+        return "did not pass"
+    checks = report.get("checks")
+    if not isinstance(checks, list) or not all(isinstance(c, dict) for c in checks):
+        return "lists no checks"
+    failed = [str(c.get("name"))[:40] for c in checks if c.get("status") == "failed"]
+    if failed:
+        return f"says passed but lists failed check(s): {', '.join(failed[:5])}"
+    if not any(c.get("status") == "passed" for c in checks):
+        return "ran no check"
+    if report.get("exit_code", 0) != 0:
+        return f"says passed but the suite exited {str(report.get('exit_code'))[:20]}"
+    return None
+
+
 def find_passing_report(image_id: str, candidates: Iterable[Path]) -> Path | None:
-    """The first smoke report that passed for exactly this image ID."""
+    """The first smoke report that passed for exactly this image ID (see report_refusal)."""
     for path in candidates:
         try:
             report: dict[str, Any] = json.loads(path.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue
-        if report.get("image_id") == image_id and report.get("passed") is True:
+        if report_refusal(report, image_id) is None:
             return path
     return None
 

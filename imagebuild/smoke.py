@@ -152,8 +152,9 @@ def judge(outcome: SmokeOutcome) -> tuple[list[str], SmokeFailed | None]:
         f"{c.get('status', '?'):8} {c.get('name')}" + (f"  ({c['reason']})" if c.get("reason") else "") for c in checks
     ]
     failed = [c.get("name") for c in checks if c.get("status") == "failed"]
-    if outcome.exit_code != 0 or outcome.report.get("passed") is not True or failed:
-        what = ", ".join(map(str, failed)) or f"suite exit {outcome.exit_code}"
+    ran = any(c.get("status") == "passed" for c in checks)  # a report of nothing is not a pass
+    if outcome.exit_code != 0 or outcome.report.get("passed") is not True or failed or not ran:
+        what = ", ".join(map(str, failed)) or (f"suite exit {outcome.exit_code}" if ran else "no check ran")
         return lines, SmokeFailed(
             f"smoke failed in {outcome.image_id[:19]}: {what}", hint=f"report: {outcome.report_path}"
         )

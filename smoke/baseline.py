@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from smoke.manifest import ManifestError, load_json
@@ -9,9 +10,18 @@ from smoke.result import FAILED, PASSED, CheckResult
 
 
 def load(path: str) -> dict[str, Any]:
+    """A previous report; a non-finite throughput in it is an error (a NaN compares false and would pass all)."""
     data = load_json(path, "baseline")
     if not isinstance(data.get("checks"), list):
         raise ManifestError(f"baseline {path}: not a smoke report (no 'checks' list)")
+    for check in data["checks"]:
+        throughput = check.get("throughput") if isinstance(check, dict) else None
+        if not isinstance(throughput, dict):
+            continue
+        for key, value in throughput.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                name = str(check.get("name"))[:40]
+                raise ManifestError(f"baseline {path}: check {name!r} throughput {str(key)[:60]!r} is {value}")
     return data
 
 
@@ -31,7 +41,11 @@ def apply(results: list[CheckResult], baseline: dict[str, Any], arch: str, toler
         before = old.get(res.name) or {}
         for key, value in res.throughput.items():
             ref = before.get(key)
-            if not isinstance(ref, (int, float)) or ref <= 0:
+            if not isinstance(ref, (int, float)) or isinstance(ref, bool) or ref <= 0:
+                continue
+            if not math.isfinite(value):  # a NaN measurement would compare false: never a silent pass
+                res.fail(f"throughput {key} measured {value}: not comparable with the baseline")
+                regressions.append(f"{res.name}: throughput {key} measured {value}")
                 continue
             summary["compared"] += 1
             ratio = value / ref

@@ -52,9 +52,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def select(only: str | None) -> list[str]:
-    if not only:
+    if only is None:
         return list(CHECK_NAMES)
     names = [n for n in re.split(r"[,;\s]+", only) if n]
+    if not names:  # `--only ','` or an unset variable: running nothing is not a pass
+        raise UsageError(f"--only names no check; give one or more of: {', '.join(CHECK_NAMES)}")
     for name in names:
         if name not in CHECK_NAMES:
             close = difflib.get_close_matches(name, CHECK_NAMES, n=1)
@@ -138,9 +140,9 @@ def _finish(args: argparse.Namespace, rep: dict[str, Any], results: list[CheckRe
         except OSError as exc:
             print(f"error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_USAGE
-    failed = [r.name for r in results if r.status == FAILED]
-    print(f"smoke: {'FAILED: ' + ', '.join(failed) if failed else 'passed'}")
-    return EXIT_FAILED if failed else EXIT_OK
+    passed, why = report_mod.verdict(results)
+    print(f"smoke: {'passed' if passed else 'FAILED: ' + why}")
+    return EXIT_OK if passed else EXIT_FAILED
 
 
 def _run_one(name: str, fn: Any, ctx: Any) -> CheckResult:

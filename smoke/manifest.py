@@ -28,6 +28,8 @@ def load_json(path: str, what: str) -> dict[str, Any]:
             data = json.load(fh)
     except json.JSONDecodeError as exc:
         raise ManifestError(f"{what} {path}: invalid JSON at line {exc.lineno}: {exc.msg}") from exc
+    except (UnicodeDecodeError, RecursionError) as exc:  # a binary file; JSON nested thousands deep
+        raise ManifestError(f"{what} {path}: not a UTF-8 JSON document ({type(exc).__name__})") from None
     except OSError as exc:
         raise ManifestError(f"{what} {path}: {exc.strerror}") from exc
     if not isinstance(data, dict):

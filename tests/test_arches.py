@@ -26,7 +26,6 @@ from imagebuild.errors import ConfigError
         ("9.0a", "nvidia", "sm_90a", "sm_90a"),
         ("9.0+PTX", "nvidia", "sm_90", "sm_90+PTX"),
         ("8.6", "nvidia", "sm_86", "sm_86"),
-        ("compute_80", "nvidia", "sm_80", "sm_80"),
     ],
 )
 def test_parse_target_normalises(raw: str, vendor: str, processor: str, full_id: str) -> None:
