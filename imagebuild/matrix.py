@@ -93,14 +93,17 @@ class Source(Strict):
     url: Text | None = None
     sha256: Sha256 | None = None
     path: Text | None = None
+    # The directory of the checkout that holds the setup.py to build (flash-attention's csrc/rotary): relative,
+    # segments that cannot start with `.` (so no `..`, no absolute path), so the build stays inside the checkout.
+    subdir: Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*$")] | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> Source:
         given = [k for k in ("git", "url", "path") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(f"expected exactly one of git, url, path (got {', '.join(given) or 'none'})")
-        if self.git is None and (self.ref or self.commit):
-            raise ValueError("ref and commit belong to a git source")
+        if self.git is None and (self.ref or self.commit or self.subdir):
+            raise ValueError("ref, commit and subdir belong to a git source")
         if self.url is None and self.sha256:
             raise ValueError("sha256 belongs to a url source")
         return self
@@ -111,7 +114,8 @@ class Source(Strict):
 
     def describe(self) -> str:
         if self.git:
-            return f"{self.git}@{self.commit or self.ref or 'HEAD'}"
+            where = f" ({self.subdir})" if self.subdir else ""
+            return f"{self.git}@{self.commit or self.ref or 'HEAD'}{where}"
         return self.url or f"./{self.path}"
 
 

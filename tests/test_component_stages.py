@@ -99,7 +99,7 @@ def test_flash_attention_cuda_is_built_locally_never_downloaded(matrix) -> None:
 def test_every_python_ext_stage_installs_its_imports_and_proves_it_compiled(matrix, target_name) -> None:
     target, _, stages, _ = _render(matrix, target_name)
     exts = [(n, c) for n, c in target.components if c.kind == "python-ext"]
-    assert len(exts) == 2
+    assert len(exts) == {"rocm6.1-torch2.3": 2, "cuda12.1-torch2.3": 4}[target_name]
     for name, component in exts:
         stage = stages[f"component-{name}"]
         assert component.source.commit and f"fetch -q --depth 1 origin {component.source.commit}" in stage
@@ -117,6 +117,56 @@ def test_cuda_target_builds_the_paged_attention_tgi_imports(matrix) -> None:
     assert components["vllm-cuda"].source.commit == "b5dfc61db88a81069e45b44f7cc99bd9e62a60fa"
     assert components["vllm-cuda"].optional is False
     assert "cmake" in target.platform.apt_packages  # vLLM's setup.py drives CMake
+
+
+# TGI@232e8d52 server/Makefile-flash-att:1 (flash_att_commit), :11-12 (the two subdirectories it builds).
+FLASH_ATT_V1 = "3a9bfd076f98746c73362328958dbc68d145fbec"
+CSRC_MODULES = {"flash-attention-rotary": "csrc/rotary", "flash-attention-layer-norm": "csrc/layer_norm"}
+
+
+@pytest.mark.parametrize("arch", [None, "sm_80;sm_86;sm_89;sm_90"])
+def test_cuda_target_builds_rotary_and_layer_norm_from_flash_attention_csrc(matrix, arch) -> None:
+    """TGI's layers/rotary.py:9 imports rotary_emb and layers/layernorm.py:37 dropout_layer_norm on CUDA: both are
+    built from their csrc/ directory of flash-attention at TGI's pin, for every arch, with the arches they hard-code."""
+    target, resolution, stages, manifest = _render(matrix, "cuda12.1-torch2.3", arch)
+    components = dict(target.components)
+    for name, subdir in CSRC_MODULES.items():
+        source = components[name].source
+        assert (source.git, source.commit, source.subdir) == (
+            "https://github.com/Dao-AILab/flash-attention",
+            FLASH_ATT_V1,
+            subdir,
+        ), name
+        plan = resolution.components[name]
+        assert plan.included and [t.id for t in plan.arches] == [t.id for t in resolution.arches], name
+        stage = stages[f"component-{name}"]
+        assert f"fetch -q --depth 1 origin {FLASH_ATT_V1}" in stage
+        workdir = stage.index(f"WORKDIR /src/{name}/{subdir}\n")
+        assert workdir < stage.index("pip install 'packaging==24.0'") < stage.index("pip wheel --no-build-isolation")
+        assert stage.count("\nWORKDIR ") == 2, "the build must run in the subdirectory, nowhere else"
+        # setup.py:98-104 (rotary) / :105-111 (layer_norm) hard-code these; torch then reads no arch variable
+        assert _arch_vars_set(stage) == {}
+        assert manifest["components"][name]["fixed_arches"] == ["sm_70", "sm_80", "sm_90"]
+        assert manifest["components"][name]["arch_vars"] == {}
+        assert f"/tmp/wheels/component-{name}/*.whl" in stages["final"], f"{name} is built but not shipped"
+
+
+def test_cuda_flash_promise_needs_rotary_and_layer_norm(tmp_path: Path) -> None:
+    """Without either module TGI's flash models fail to import on CUDA, so the manifest must not promise flash."""
+    flash_cuda = "cuda: [flash-attention, vllm-cuda, flash-attention-rotary, flash-attention-layer-norm]"
+    assert flash_cuda in GOOD, "fixture drift: the CUDA flash needs"
+    listed = "flash-attention,\n                 flash-attention-rotary, flash-attention-layer-norm]"
+    assert listed in GOOD, "fixture drift: the target's component list"
+    for dropped in CSRC_MODULES:
+        kept = ", ".join(n for n in CSRC_MODULES if n != dropped)
+        text = GOOD.replace(listed, f"flash-attention, {kept}]", 1)
+        changed = load_text(text, tmp_path / "matrix.yaml")
+        target = changed.target("cuda12.1-torch2.3")
+        assert dropped not in dict(target.components)
+        promises = render.tgi_attention_promises(target, target.resolve(env={}))
+        assert promises and all(not p["flash"] and p["paged"] for p in promises.values()), dropped
+    full = load_matrix(REPO / "matrix.yaml").target("cuda12.1-torch2.3")
+    assert all(p["flash"] for p in render.tgi_attention_promises(full, full.resolve(env={})).values())
 
 
 def test_torch_source_build_pins_the_fork_commit_and_applies_no_unpinned_patch(matrix) -> None:
@@ -180,6 +230,11 @@ GOOD = (REPO / "matrix.yaml").read_text()
         ("arch_vars: {GPU_ARCHS: bare}", "arch_vars: {}", "needs arch_vars"),
         ("arch_vars: {GPU_ARCHS: bare}", "arch_vars: {GPU_ARCHS: stripped}", "expected 'bare' or 'full'"),
         ("build_requires: [packaging==24.0, psutil==5.9.8]", "build_requires: [packaging, psutil]", "pattern"),
+        ("subdir: csrc/rotary", "subdir: ../rotary", "subdir: String should match pattern"),
+        ("subdir: csrc/rotary", "subdir: csrc/../../etc", "subdir: String should match pattern"),
+        ("subdir: csrc/rotary", "subdir: /src/rotary", "subdir: String should match pattern"),
+        ("subdir: csrc/rotary", "subdir: csrc/.hidden", "subdir: String should match pattern"),
+        ("source: {path: kernels}", "source: {path: kernels, subdir: csrc}", "subdir belong to a git source"),
     ],
 )
 def test_component_arch_and_build_fields_are_checked(tmp_path: Path, old: str, new: str, message: str) -> None:

@@ -197,7 +197,8 @@ def test_manifest_matches_contract(matrix) -> None:
     assert data["components"]["flash-attention-ck"]["included"] is True
     assert data["runtime"]["entrypoint"] == "text-generation-launcher"
     cpu = json.loads((REPO / "dockerfiles" / "local-cpu" / "manifest.json").read_text())
-    assert cpu["gpu_arches"] == [] and cpu["attention_backends"] == {"cpu": ["math"]} and cpu["runtime"] is None
+    assert cpu["gpu_arches"] == [] and cpu["attention_backends"] == {"cpu": ["math"]}
+    assert cpu["runtime"]["name"] == "transformers-serve" and cpu["runtime"]["attention"] == {}
     cuda = json.loads((REPO / "dockerfiles" / "cuda12.1-torch2.3" / "manifest.json").read_text())
     assert cuda["components"]["vllm-rocm"] == {
         "included": False,
@@ -231,4 +232,9 @@ def test_matrix_list_json(cli) -> None:
     assert set(data) == set(TARGETS)
     assert data["rocm6.1-torch2.3"]["arches"] == ["gfx90a", "gfx942"]
     assert data["cuda12.1-torch2.3"]["not_for_this_platform"] == ["vllm-rocm", "flash-attention-ck"]
-    assert data["rocm6.1-torch2.3"]["not_for_this_platform"] == ["vllm-cuda", "flash-attention"]
+    assert data["rocm6.1-torch2.3"]["not_for_this_platform"] == [
+        "vllm-cuda",
+        "flash-attention",
+        "flash-attention-rotary",
+        "flash-attention-layer-norm",
+    ]
