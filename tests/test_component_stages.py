@@ -242,3 +242,19 @@ def test_component_arch_and_build_fields_are_checked(tmp_path: Path, old: str, n
     with pytest.raises(ConfigError) as info:
         load_text(GOOD.replace(old, new, 1), tmp_path / "matrix.yaml")
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize("target_name", ["rocm6.1-torch2.3", "cuda12.1-torch2.3", "local-cpu"])
+def test_final_stage_installs_component_wheels_without_their_dependencies(matrix, target_name) -> None:
+    """Upstream copies each kernel build's build/lib (TGI@232e8d52 Dockerfile:190-213, Dockerfile_amd:170-183):
+    the wheels' own requirement files (Narsil/vllm requirements-cuda.txt pulls ray, xformers, vllm-nccl-cu12)
+    must not be resolved into the image; only the runtime's pinned requirements are, under the torch constraint."""
+    target, _, stages, _ = _render(matrix, target_name)
+    final = stages["final"]
+    no_deps = re.search(r"pip install --no-deps ([^\\\n]+)", final)
+    assert no_deps, "component wheels must be installed with --no-deps"
+    for name, _component in target.components:
+        assert f"/tmp/wheels/component-{name}/*.whl" in no_deps.group(1)
+    for line in re.findall(r"pip install (?!--no-deps)[^\\\n]+", final):
+        assert "-c /tmp/torch-constraint.txt" in line
+        assert "/tmp/wheels/component-" not in line

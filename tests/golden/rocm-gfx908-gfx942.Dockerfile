@@ -209,7 +209,8 @@ ENV HF_HUB_ENABLE_HF_TRANSFER="1" \
 RUN apt-get update \
     && apt-get install -y --no-install-recommends libssl3 ca-certificates \
     && rm -rf /var/lib/apt/lists/*
-# pip may add what the wheels need, never another torch: the installed one is the constraint.
+# Component wheels go in without their dependencies, as upstream copies their build/lib (their requirement files
+# would pull engines, ray or a second torch); the runtime then brings its pinned requirements, never another torch.
 RUN --mount=type=bind,from=component-imagebuild-kernels,source=/wheels,target=/tmp/wheels/component-imagebuild-kernels \
     --mount=type=bind,from=component-vllm-rocm,source=/wheels,target=/tmp/wheels/component-vllm-rocm \
     --mount=type=bind,from=runtime-server,source=/wheels,target=/tmp/wheels/runtime-server \
@@ -218,7 +219,8 @@ RUN --mount=type=bind,from=component-imagebuild-kernels,source=/wheels,target=/t
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
     && if [ -s /run/secrets/pipindex ]; then PIP_INDEX_URL="$(cat /run/secrets/pipindex)" && export PIP_INDEX_URL; fi \
     && python3 -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' > /tmp/torch-constraint.txt \
-    && pip install -c /tmp/torch-constraint.txt /tmp/wheels/component-imagebuild-kernels/*.whl /tmp/wheels/component-vllm-rocm/*.whl -r /tmp/wheels/runtime-server/requirements.txt \
+    && pip install --no-deps /tmp/wheels/component-imagebuild-kernels/*.whl /tmp/wheels/component-vllm-rocm/*.whl \
+    && pip install -c /tmp/torch-constraint.txt -r /tmp/wheels/runtime-server/requirements.txt \
     && pip install -c /tmp/torch-constraint.txt -r /tmp/wheels/runtime-server/server.txt \
     && rm /tmp/torch-constraint.txt
 COPY --from=component-imagebuild-kernels /opt/imagebuild/kernels.json /opt/imagebuild/kernels.json
