@@ -9,7 +9,8 @@ REGISTRY_ROOT="${IMAGEBUILD_REGISTRY_ROOT:-/var/lib/imagebuild-registry}"
 REGISTRY_ADDR="${IMAGEBUILD_REGISTRY_ADDR:-127.0.0.1:5000}"
 BASE_IMAGE="${IMAGEBUILD_BASE_IMAGE:-local/debian:bookworm}"
 DOCKER=/usr/bin/docker   # the Debian client: runs BuildKit natively with DOCKER_BUILDKIT=1
-APT_PACKAGES=(docker.io docker-registry debootstrap hipcc libamdhip64-dev rocm-device-libs clang-19 lld-19 llvm-19 binutils zstd)
+APT_PACKAGES=(docker.io docker-registry debootstrap hipcc libamdhip64-dev rocm-device-libs clang-19 clang-tools-19 lld-19 llvm-19 binutils zstd)
+# clang-tools-19: clang-offload-bundler, which clang-19 runs to bundle HIP device code (tests/test_kernels_toolchain.py)
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 
