@@ -69,9 +69,17 @@ def labels_for(manifest: Mapping[str, Any], matrix_sha: str, git: GitInfo) -> di
         "io.imagebuild.arches": ";".join(manifest.get("gpu_arches") or []) or "none",
         "io.imagebuild.matrix-sha256": matrix_sha,
         "io.imagebuild.patches": ",".join(p.get("name", "") for p in torch.get("patches") or []),
+        "io.imagebuild.torch-source": _source_label(torch.get("source") or {}),
         "io.imagebuild.components": json.dumps(components, sort_keys=True, separators=(",", ":")),
         "io.imagebuild.versions": json.dumps(manifest.get("versions") or {}, sort_keys=True, separators=(",", ":")),
     }
+
+
+def _source_label(source: dict[str, Any]) -> str:
+    """Where a source-built torch came from (`repo@commit`): the fork carries its fixes, so no patch names them."""
+    if not source.get("git"):
+        return ""
+    return f"{source['git']}@{source.get('commit') or source.get('ref') or 'HEAD'}"
 
 
 def tags_for(target: str, git: GitInfo, extra: Sequence[str]) -> list[str]:

@@ -96,7 +96,11 @@ def test_labels_summarise_the_manifest() -> None:
     labels = labels_for(manifest, "abc", GitInfo("deadbeef", "deadbee", "2026-01-01T00:00:00+00:00"))
     assert labels["io.imagebuild.target"] == "rocm6.1-torch2.3"
     assert labels["io.imagebuild.arches"] == ";".join(manifest["gpu_arches"])
-    assert labels["io.imagebuild.patches"] == "tunableop-hipblaslt-fix"
+    # The fork at a pinned commit carries PR 124362's TunableOp fix: no patch is applied, the label names the source.
+    assert labels["io.imagebuild.patches"] == ""
+    assert labels["io.imagebuild.torch-source"] == (
+        "https://github.com/fxmarty/pytorch@ceaa1e4a7b66e818ea4e56925bb4a5dff8c56055"
+    )
     assert labels["org.opencontainers.image.revision"] == "deadbeef"
     assert json.loads(labels["io.imagebuild.components"])["imagebuild-kernels"] == manifest["gpu_arches"]
 
