@@ -13,6 +13,21 @@ echo "== build local-cpu"
 imagebuild build local-cpu
 echo "== smoke local-cpu (CPU, inside the image)"
 imagebuild smoke local-cpu --gpu none
+# The runtime check must have served (a skip would mean the image has no runtime): say what it measured.
+python3 - build/smoke/local-cpu/report.json <<'PY'
+import json
+import sys
+
+runtime = {c["name"]: c for c in json.load(open(sys.argv[1], encoding="utf-8"))["checks"]}["runtime"]
+if runtime["status"] != "passed":
+    sys.exit(f"error: smoke check runtime {runtime['status']}: {runtime['reason']}")
+lat, thr = runtime["latency"], runtime["throughput"]
+print(
+    f"runtime passed: {runtime['numbers']['runtime']} served {runtime['numbers']['completion_tokens']} tokens; "
+    f"server start {lat['server_start_s']:.2f} s, time to first token {lat['ttft_s'] * 1000:.0f} ms, "
+    f"{thr['tokens_per_s']:.0f} tokens/s"
+)
+PY
 echo "== publish local-cpu to ${REGISTRY}"
 imagebuild publish local-cpu --registry "$REGISTRY"
 
