@@ -49,6 +49,7 @@ CMDLINE="bash bench/tgi_server_stage/run.sh ${MIRROR}"
     printf '# substituted: transformers @ git+https://github.com/huggingface/transformers.git@b8aee2e918d7ba2d5e9e80162ae26b4806873307\n'
     printf '#   (server/requirements_rocm.txt:43, server/pyproject.toml:30; poetry.lock:3030 names it 4.41.0.dev0) -> transformers==4.41.0,\n'
     printf '#   the nearest PyPI release: GitHub is not reachable from builds on this machine.\n'
+    printf '# required: build, import, --help; the serve check is optional and its outcome is recorded either way\n'
     printf '# date: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 } >"$LOG"
 
@@ -73,6 +74,7 @@ section "build: DOCKER_BUILDKIT=1 ${DOCKER} build --network host --progress plai
 START="$(date +%s.%N)"
 run_logged build "${BUILD_CMD[@]}"
 BUILD_END="$(date +%s.%N)"
+"$DOCKER" image inspect -f '{{.Id}} {{.Size}}' "$IMAGE" >"${WORK}/out/image" 2>/dev/null || true
 
 PROBE='
 import importlib.metadata as md, json, sys
@@ -190,6 +192,7 @@ if [ "$(cat "${WORK}/out/build.rc")" = "0" ]; then
     fi
 fi
 END="$(date +%s.%N)"
+"$DOCKER" image inspect -f '{{.Id}} {{.Size}}' "$IMAGE" >"${WORK}/out/image" 2>/dev/null || true
 
 python3 - "$JSON" "$CMDLINE" "$COMMIT" "$IMAGE" "$START" "$BUILD_END" "$END" "${WORK}/out" <<'PY'
 import json, sys
@@ -211,11 +214,14 @@ def rc(name: str) -> int | None:
 
 probe_line = next((ln for ln in (text("import") or "").splitlines() if ln.startswith("PROBE ")), None)
 serve_line = next((ln for ln in (text("serve") or "").splitlines() if ln.startswith("SERVE ")), None)
+image_id, _, image_size = (text("image") or "").strip().partition(" ")
 freeze = [ln for ln in (text("freeze") or "").splitlines() if "==" in ln or " @ " in ln]
 report = {
     "command": cmdline,
     "tgi_commit": commit,
     "image": image,
+    "image_id": image_id or None,
+    "image_size_bytes": int(image_size) if image_size else None,
     "duration_s": {"build": round(float(build_end) - float(start), 1), "total": round(float(end) - float(start), 1)},
     "exit_codes": {n: rc(n) for n in ("build", "import", "help", "freeze", "serve") if rc(n) is not None},
     "substitutions": {
