@@ -182,6 +182,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     && make gen-server \
     && test -s text_generation_server/pb/generate_pb2.py \
     && pip wheel --no-deps -w /wheels . \
+    && python3 -c 'import glob, sys, zipfile; names = zipfile.ZipFile(glob.glob("/wheels/*.whl")[0]).namelist(); sys.exit(0 if "text_generation_server/pb/generate_pb2.py" in names else "the server wheel lacks its generated gRPC stubs")' \
     && cp "requirements_rocm.txt" /wheels/requirements.txt \
     && for wheel in /wheels/*.whl; do echo "/tmp/wheels/runtime-server/${wheel##*/}[accelerate,peft,outlines]"; done > /wheels/server.txt
 
@@ -210,7 +211,8 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends libssl3 ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 # Component wheels go in without their dependencies, as upstream copies their build/lib (their requirement files
-# would pull engines, ray or a second torch); the runtime then brings its pinned requirements, never another torch.
+# would pull engines, ray or a second torch); the runtime then brings its pinned requirements, never another torch,
+# and its extras may add packages but never move a pinned one (setuptools 69.5.1 keeps pkg_resources, which TGI imports).
 RUN --mount=type=bind,from=component-imagebuild-kernels,source=/wheels,target=/tmp/wheels/component-imagebuild-kernels \
     --mount=type=bind,from=component-vllm-rocm,source=/wheels,target=/tmp/wheels/component-vllm-rocm \
     --mount=type=bind,from=runtime-server,source=/wheels,target=/tmp/wheels/runtime-server \
@@ -221,6 +223,7 @@ RUN --mount=type=bind,from=component-imagebuild-kernels,source=/wheels,target=/t
     && python3 -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' > /tmp/torch-constraint.txt \
     && pip install --no-deps /tmp/wheels/component-imagebuild-kernels/*.whl /tmp/wheels/component-vllm-rocm/*.whl \
     && pip install -c /tmp/torch-constraint.txt -r /tmp/wheels/runtime-server/requirements.txt \
+    && sed -n 's/^\([A-Za-z0-9._-]*==[^ ;]*\).*/\1/p' /tmp/wheels/runtime-server/requirements.txt >> /tmp/torch-constraint.txt \
     && pip install -c /tmp/torch-constraint.txt -r /tmp/wheels/runtime-server/server.txt \
     && rm /tmp/torch-constraint.txt
 COPY --from=component-imagebuild-kernels /opt/imagebuild/kernels.json /opt/imagebuild/kernels.json
