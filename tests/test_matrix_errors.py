@@ -163,6 +163,15 @@ CASES = [
         "runtimes.text-generation-inference.builder_imag: unknown key 'builder_imag'; did you mean 'builder_image'?",
         "builder_imag:",
     ),
+    (
+        "pip-runtime-requirements-outside-the-repo",
+        _replace(
+            "    requirements: runtimes/transformers-serve/requirements.txt",
+            "    requirements: ../etc/requirements.txt",
+        ),
+        "runtimes.transformers-serve.requirements: String should match pattern",
+        "requirements: ../etc/requirements.txt",
+    ),
     ("bad-schema-version", _replace("schema_version: 1", "schema_version: 2"), "schema_version", "schema_version: 2"),
 ]
 

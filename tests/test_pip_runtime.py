@@ -1,0 +1,52 @@
+"""The `kind: pip` runtime of local-cpu: a pinned, hashed requirements file, a wheel stage, the manifest section."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RUNTIME = REPO / "runtimes" / "transformers-serve"
+PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!-]+) --hash=sha256:[0-9a-f]{64}$")
+
+
+def _stages(dockerfile: str) -> dict[str, str]:
+    parts = re.split(r"^FROM \S+ AS (\S+)\n", dockerfile, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def test_requirements_pin_every_package_by_version_and_hash_and_never_torch() -> None:
+    lines = [line for line in (RUNTIME / "requirements.txt").read_text().splitlines() if not line.startswith("#")]
+    names = []
+    for line in lines:
+        match = PIN.match(line)
+        assert match, f"not pinned by version and hash: {line!r}"
+        names.append(match.group(1).lower().replace("_", "-"))
+    assert "torch" not in names and not any(n.startswith("nvidia-") for n in names), "the image's torch is kept"
+    assert len(names) == len(set(names))
+    wanted = re.search(r"^transformers\[serving\]==(\S+)$", (RUNTIME / "requirements.in").read_text(), flags=re.M)
+    assert wanted and f"transformers=={wanted.group(1)} --hash" in "\n".join(lines)
+    for extra in ("fastapi", "uvicorn", "tokenizers", "safetensors"):  # what `transformers serve` imports
+        assert extra in names, extra
+    assert (RUNTIME / "constraints.txt").read_text().splitlines()[-1] == "torch==2.13.0"
+
+
+def test_local_cpu_builds_the_runtime_from_hashed_wheels_and_installs_them_under_the_torch_constraint() -> None:
+    stages = _stages((REPO / "dockerfiles" / "local-cpu" / "Dockerfile").read_text())
+    pip_stage = stages["runtime-pip"]
+    assert "COPY runtimes/transformers-serve/requirements.txt /src/runtime-pip/requirements.txt" in pip_stage
+    assert "pip wheel --no-deps --require-hashes --only-binary :all: -r /src/runtime-pip/requirements.txt" in pip_stage
+    final = stages["final"]
+    assert "from=runtime-pip,source=/wheels" in final and "/tmp/wheels/runtime-pip/*.whl" in final
+    assert re.search(r"pip install -c /tmp/torch-constraint\.txt .*/tmp/wheels/runtime-pip/\*\.whl", final)
+
+
+def test_local_cpu_manifest_says_how_to_serve() -> None:
+    runtime = json.loads((REPO / "dockerfiles" / "local-cpu" / "manifest.json").read_text())["runtime"]
+    assert runtime["kind"] == "pip" and runtime["api"] == "openai" and runtime["health"] == "/health"
+    assert runtime["serve"][:2] == ["transformers", "serve"] and runtime["entrypoint"] == "transformers"
+    assert "{model}" in runtime["serve"] and "{port}" in runtime["serve"]
+    assert runtime["serve"][runtime["serve"].index("--host") + 1] == "127.0.0.1"
+    assert runtime["serve_env"]["HF_HUB_OFFLINE"] == "1" and runtime["attention"] == {}
+    assert (REPO / runtime["requirements"]).is_file()
