@@ -14,11 +14,11 @@ def main() -> None:
             for cfg in range(10):
                 torch.ops.imagebuild._silu_and_mul_cfg(out, x, cfg)
     for dtype in (torch.float16, torch.bfloat16):
-        for m, n, k in ((1, 17, 40), (3, 100, 264), (8, 257, 1000), (5, 4100, 2056)):
+        for m, n, k in ((1, 17, 40), (3, 100, 264), (8, 257, 1000), (13, 4100, 2056), (16, 33, 4104)):
             x = torch.randn(m, k, device="cuda", dtype=dtype)
             w = torch.randn(n, k, device="cuda", dtype=dtype)
             b = torch.randn(n, device="cuda", dtype=dtype)
-            for cfg in range(9):
+            for cfg in [0, *range(1, 16), 201, 401, 801, 211, 812]:
                 torch.ops.imagebuild._skinny_linear_cfg(x, w, b, cfg)
     torch.cuda.synchronize()
     print("sanitize run done")

@@ -49,7 +49,7 @@ def _ext_modules(mode: str) -> list:
     return [
         CUDAExtension(
             "imagebuild_kernels._C",
-            ["csrc/ops.cu"],
+            ["csrc/ops.cu", "csrc/skinny_launch_f16.cu", "csrc/skinny_launch_bf16.cu"],
             include_dirs=[str(HERE / "csrc")],
             extra_compile_args={"cxx": ["-O3", "-std=c++17"], "nvcc": ["-O3", "-std=c++17"]},
         )

@@ -27,7 +27,9 @@ pytestmark = [
 # ||out - ref|| / ||ref|| limits: output rounding dominates (fp16 2^-11, bf16 2^-8 per element).
 REL_TOL = {torch.float32: 5e-6, torch.float16: 1e-3, torch.bfloat16: 8e-3}
 SILU_CFGS = range(0, 10)
-LINEAR_CFGS = range(0, 9)
+# 0: the table's choice; -1: F.linear; every variant; K split over clusters of 2, 4, 8 blocks (sm_90).
+LINEAR_CFGS = [0, -1, *range(1, 16)]
+SPLIT_CFGS = [201, 401, 801, 211, 411, 811, 212, 815]
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -81,15 +83,16 @@ def test_silu_and_mul_misaligned_pointers(dtype: torch.dtype) -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("nk", [(1, 8), (17, 40), (100, 264), (257, 1000), (4096, 4096), (8197, 1032), (64, 28672)])
-@pytest.mark.parametrize("m", [1, 2, 3, 5, 7, 8, 9, 16])
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 7, 8, 9, 13, 16, 17])
 def test_skinny_linear_matches_float64(dtype: torch.dtype, nk: tuple[int, int], m: int) -> None:
     n, kk = nk
     x = torch.randn(m, kk, device="cuda", dtype=dtype)
     w = torch.randn(n, kk, device="cuda", dtype=dtype) * kk**-0.5
     b = torch.randn(n, device="cuda", dtype=dtype)
+    cfgs = LINEAR_CFGS + (SPLIT_CFGS if torch.cuda.get_device_capability() >= (9, 0) else [])
     for bias in (None, b):
         ref = x.double() @ w.double().T + (0 if bias is None else bias.double())
-        for cfg in LINEAR_CFGS:
+        for cfg in cfgs:
             torch.cuda.empty_cache()
             poison = torch.full((m * n + 4096,), float("nan"), device="cuda", dtype=dtype)
             del poison  # the caching allocator hands this NaN-filled block to the output next
@@ -137,3 +140,47 @@ def test_ops_under_torch_compile_on_gpu() -> None:
     got = torch.compile(f, fullgraph=True)(x, w)
     ref = (silu_ref(x).to(torch.bfloat16).double() @ w.double().T) * 2
     assert rel_err(got, ref) < REL_TOL[torch.bfloat16]
+
+
+@pytest.mark.skipif(torch.cuda.get_device_capability() < (9, 0), reason="K split needs thread-block clusters (sm_90)")
+@pytest.mark.parametrize("cfg", SPLIT_CFGS)
+def test_skinny_linear_split_is_deterministic(cfg: int) -> None:
+    x = torch.randn(5, 4104, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(1000, 4104, device="cuda", dtype=torch.bfloat16)
+    first = torch.ops.imagebuild._skinny_linear_cfg(x, w, None, cfg)
+    for _ in range(3):
+        assert torch.equal(torch.ops.imagebuild._skinny_linear_cfg(x, w, None, cfg), first)
+
+
+def test_bad_cfg_is_a_clear_error() -> None:
+    x = torch.randn(2, 64, device="cuda", dtype=torch.float16)
+    w = torch.randn(32, 64, device="cuda", dtype=torch.float16)
+    for cfg in (16, 301, 206):
+        with pytest.raises(ValueError, match=f"launch configuration {cfg} is not valid"):
+            torch.ops.imagebuild._skinny_linear_cfg(x, w, None, cfg)
+
+
+def test_choice_follows_the_python_rule() -> None:
+    """csrc/ops.cu's lookup and _table.choose agree on measured, nearby, far and odd shapes."""
+    from imagebuild_kernels import _table
+
+    table = _table.load_table()
+    props = torch.cuda.get_device_properties(0)
+    cc, sms = 10 * props.major + props.minor, props.multi_processor_count
+    shapes = [(4096, 4096), (4100, 4096), (6000, 4096), (4096, 14336), (128256, 4096), (300, 300), (2048, 1536)]
+    shapes += [(e["N"], e["K"]) for e in (table or {}).get("entries", [])[::97]]
+    for dtype, name in ((torch.float16, "float16"), (torch.bfloat16, "bfloat16")):
+        for n, kk in shapes:
+            w = torch.empty(n, kk, device="cuda", dtype=dtype)
+            for m in (1, 3, 8, 9, 16, 17):
+                x = torch.empty(m, kk, device="cuda", dtype=dtype)
+                want = _table.choose(table, name, n, kk, m, cc=cc, sms=sms).cfg
+                assert torch.ops.imagebuild._skinny_choice(x, w) == want, (name, n, kk, m)
+
+
+def test_default_dispatch_matches_reference_on_table_shapes() -> None:
+    """Whatever the table picks (ours or F.linear), the default op computes the product."""
+    for n, kk, m in ((4096, 4096, 1), (6144, 4096, 8), (2048, 1536, 13), (4096, 14336, 16)):
+        x = torch.randn(m, kk, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, kk, device="cuda", dtype=torch.bfloat16) * kk**-0.5
+        assert rel_err(k.skinny_linear(x, w), x.double() @ w.double().T) < REL_TOL[torch.bfloat16]

@@ -8,11 +8,24 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include <cmath>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "silu_and_mul.cuh"
 #include "skinny_linear.cuh"
+
+namespace imagebuild {
+// Compiled in skinny_launch_f16.cu / skinny_launch_bf16.cu (separate files: they build in parallel).
+extern template ib_error_t launch_skinny_linear<__half>(__half*, const __half*, const __half*, const __half*, int, int,
+                                                       int, int, bool, ib_stream_t);
+extern template ib_error_t launch_skinny_linear<bf16_t>(bf16_t*, const bf16_t*, const bf16_t*, const bf16_t*, int,
+                                                        int, int, int, bool, ib_stream_t);
+}  // namespace imagebuild
 
 namespace {
 
@@ -41,6 +54,102 @@ std::string dims(at::IntArrayRef v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
   return s + "]";
+}
+
+// Compute capability as 10 * major + minor, read once per device.
+int compute_capability(int device) {
+  static int cache[64] = {0};
+  if (device < 0 || device >= 64) return 0;
+  if (cache[device] == 0) {
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    cache[device] = 10 * major + minor;
+  }
+  return cache[device];
+}
+
+// The measured dispatch table (imagebuild_kernels/skinny_table.json, installed by the Python package at import
+// through _skinny_set_table). The rule is the one of imagebuild_kernels/_table.py `choose` (a GPU test compares
+// them): no table for this GPU (compute capability and multiprocessor count) -> library; else the measured (N, K)
+// of the same dtype nearest in log2 distance (max over N and K), library when it is farther than kMaxLogDist;
+// within that shape, the smallest measured M >= M of the same M half (<= 8 or > 8), else the largest one below.
+constexpr double kMaxLogDist = 0.5;
+constexpr int kLibrary = -1;
+
+struct SkinnyRow {
+  int64_t dtype, n, k, m, cfg;
+};
+
+struct SkinnyTable {
+  std::mutex mu;
+  int64_t cc = -1, sms = -1;
+  std::vector<SkinnyRow> rows;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, int> cache;
+};
+
+SkinnyTable& skinny_table() {
+  static SkinnyTable t;
+  return t;
+}
+
+void skinny_set_table(const at::Tensor& rows, int64_t cc, int64_t sm_count) {
+  const char* op = "imagebuild::_skinny_set_table";
+  TORCH_CHECK_VALUE(rows.device().is_cpu() && rows.scalar_type() == at::kLong && rows.dim() == 2 &&
+                        rows.size(1) == 5,
+                    op, ": expected an int64 CPU tensor of shape [R, 5] (dtype, N, K, M, cfg), got ",
+                    dims(rows.sizes()));
+  const at::Tensor r = rows.contiguous();
+  const int64_t* p = r.data_ptr<int64_t>();
+  std::vector<SkinnyRow> v;
+  for (int64_t i = 0; i < r.size(0); ++i) {
+    const SkinnyRow row{p[5 * i], p[5 * i + 1], p[5 * i + 2], p[5 * i + 3], p[5 * i + 4]};
+    TORCH_CHECK_VALUE(row.n >= 1 && row.k >= 1 && row.m >= 1 && row.m <= imagebuild::kSkinnyMaxM &&
+                          (row.cfg == kLibrary || imagebuild::skinny_cfg_valid(static_cast<int>(row.cfg))),
+                      op, ": bad row ", std::to_string(i));
+    v.push_back(row);
+  }
+  SkinnyTable& t = skinny_table();
+  const std::lock_guard<std::mutex> lock(t.mu);
+  t.cc = cc;
+  t.sms = sm_count;
+  t.rows = std::move(v);
+  t.cache.clear();
+}
+
+int skinny_lookup(const std::vector<SkinnyRow>& rows, int64_t dtype, int64_t n, int64_t k, int64_t m) {
+  double best = 1e300;
+  int64_t bn = 0, bk = 0;
+  for (const SkinnyRow& r : rows) {  // rows are sorted by (dtype, N, K, M): the first of equal distances wins
+    if (r.dtype != dtype) continue;
+    const double d = std::fmax(std::fabs(std::log2(static_cast<double>(n) / static_cast<double>(r.n))),
+                               std::fabs(std::log2(static_cast<double>(k) / static_cast<double>(r.k))));
+    if (d < best) best = d, bn = r.n, bk = r.k;
+  }
+  if (best > kMaxLogDist) return kLibrary;
+  const bool high = m > 8;
+  const SkinnyRow* above = nullptr;
+  const SkinnyRow* below = nullptr;
+  for (const SkinnyRow& r : rows) {
+    if (r.dtype != dtype || r.n != bn || r.k != bk || (r.m > 8) != high) continue;
+    if (r.m >= m && (above == nullptr || r.m < above->m)) above = &r;
+    if (r.m < m && (below == nullptr || r.m > below->m)) below = &r;
+  }
+  const SkinnyRow* pick = above != nullptr ? above : below;
+  return pick == nullptr ? kLibrary : static_cast<int>(pick->cfg);
+}
+
+// cfg for skinny_linear on this device and shape: >= 1 a launch configuration, kLibrary for at::linear.
+int skinny_choice(int device, int64_t dtype, int64_t n, int64_t k, int64_t m) {
+  SkinnyTable& t = skinny_table();
+  const std::lock_guard<std::mutex> lock(t.mu);
+  if (t.cc != compute_capability(device) || t.sms != sm_count(device)) return kLibrary;
+  const auto key = std::make_tuple(dtype, n, k, m);
+  auto it = t.cache.find(key);
+  if (it != t.cache.end()) return it->second;
+  const int cfg = skinny_lookup(t.rows, dtype, n, k, m);
+  t.cache.emplace(key, cfg);
+  return cfg;
 }
 
 void check_silu_args(const at::Tensor& out, const at::Tensor& x) {
@@ -126,31 +235,53 @@ at::Tensor skinny_linear_cfg(const at::Tensor& x, const at::Tensor& weight, cons
     TORCH_CHECK_VALUE(b.is_contiguous(), op, ": expected a contiguous bias, got strides ", dims(b.strides()));
   }
   const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
+  const bool half = x.scalar_type() == at::kHalf;
+  const bool ok = half ? imagebuild::skinny_supported(x.data_ptr<at::Half>(), weight.data_ptr<at::Half>(), M, N, K)
+                       : imagebuild::skinny_supported(x.data_ptr<at::BFloat16>(), weight.data_ptr<at::BFloat16>(),
+                                                      M, N, K);
+  if (M == 0 || N == 0) return at::empty({M, N}, x.options());
+  const int device = x.get_device();
+  if (ok && cfg == 0) cfg = skinny_choice(device, half ? 0 : 1, N, K, M);
+  if (!ok || cfg == kLibrary) return at::linear(x, weight, bias);
   at::Tensor out = at::empty({M, N}, x.options());
-  if (M == 0 || N == 0) return out;
   const c10::cuda::CUDAGuard guard(x.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  const int sms = sm_count(x.get_device());
+  const bool clusters = compute_capability(device) >= 90;
   cudaError_t err = cudaSuccess;
-  if (x.scalar_type() == at::kHalf) {
-    auto* xp = reinterpret_cast<const __half*>(x.data_ptr<at::Half>());
-    auto* wp = reinterpret_cast<const __half*>(weight.data_ptr<at::Half>());
-    if (!imagebuild::skinny_supported(xp, wp, M, N, K)) return at::linear(x, weight, bias);
+  if (half) {
     auto* bp = bias.has_value() ? reinterpret_cast<const __half*>(bias->data_ptr<at::Half>()) : nullptr;
-    err = imagebuild::launch_skinny_linear<__half>(reinterpret_cast<__half*>(out.data_ptr<at::Half>()), xp, wp, bp,
-                                                   static_cast<int>(M), static_cast<int>(N), static_cast<int>(K),
-                                                   static_cast<int>(cfg), sms, stream);
+    err = imagebuild::launch_skinny_linear<__half>(
+        reinterpret_cast<__half*>(out.data_ptr<at::Half>()), reinterpret_cast<const __half*>(x.data_ptr<at::Half>()),
+        reinterpret_cast<const __half*>(weight.data_ptr<at::Half>()), bp, static_cast<int>(M), static_cast<int>(N),
+        static_cast<int>(K), static_cast<int>(cfg), clusters, stream);
   } else {
-    auto* xp = reinterpret_cast<const bf16_t*>(x.data_ptr<at::BFloat16>());
-    auto* wp = reinterpret_cast<const bf16_t*>(weight.data_ptr<at::BFloat16>());
-    if (!imagebuild::skinny_supported(xp, wp, M, N, K)) return at::linear(x, weight, bias);
     auto* bp = bias.has_value() ? reinterpret_cast<const bf16_t*>(bias->data_ptr<at::BFloat16>()) : nullptr;
-    err = imagebuild::launch_skinny_linear<bf16_t>(reinterpret_cast<bf16_t*>(out.data_ptr<at::BFloat16>()), xp, wp,
-                                                   bp, static_cast<int>(M), static_cast<int>(N),
-                                                   static_cast<int>(K), static_cast<int>(cfg), sms, stream);
+    err = imagebuild::launch_skinny_linear<bf16_t>(
+        reinterpret_cast<bf16_t*>(out.data_ptr<at::BFloat16>()),
+        reinterpret_cast<const bf16_t*>(x.data_ptr<at::BFloat16>()),
+        reinterpret_cast<const bf16_t*>(weight.data_ptr<at::BFloat16>()), bp, static_cast<int>(M),
+        static_cast<int>(N), static_cast<int>(K), static_cast<int>(cfg), clusters, stream);
+  }
+  if (err == cudaErrorInvalidValue) {
+    (void)cudaGetLastError();
+    TORCH_CHECK_VALUE(false, op, ": launch configuration ", std::to_string(cfg), " is not valid here");
   }
   check_launch(err, "skinny_linear");
   return out;
+}
+
+// What skinny_linear(x, weight) would run: a launch configuration (>= 1) or -1 (the library GEMM).
+int64_t skinny_choice_op(const at::Tensor& x, const at::Tensor& weight) {
+  TORCH_CHECK_VALUE(x.is_cuda() && x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1),
+                    "imagebuild::_skinny_choice: expected x [M, K] and weight [N, K] on a GPU");
+  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
+  const bool half = x.scalar_type() == at::kHalf;
+  if (!half && x.scalar_type() != at::kBFloat16) return kLibrary;
+  const bool ok = half ? imagebuild::skinny_supported(x.data_ptr<at::Half>(), weight.data_ptr<at::Half>(), M, N, K)
+                       : imagebuild::skinny_supported(x.data_ptr<at::BFloat16>(), weight.data_ptr<at::BFloat16>(),
+                                                      M, N, K);
+  if (!ok) return kLibrary;
+  return skinny_choice(x.get_device(), half ? 0 : 1, N, K, M);
 }
 
 at::Tensor skinny_linear(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias) {
@@ -165,7 +296,10 @@ TORCH_LIBRARY_IMPL(imagebuild, CUDA, m) {
   m.impl("skinny_linear", &skinny_linear);
   m.impl("_silu_and_mul_cfg", &silu_and_mul_cfg);
   m.impl("_skinny_linear_cfg", &skinny_linear_cfg);
+  m.impl("_skinny_choice", &skinny_choice_op);
 }
+
+TORCH_LIBRARY_IMPL(imagebuild, CPU, m) { m.impl("_skinny_set_table", &skinny_set_table); }
 
 // A plain extension module, so `import imagebuild_kernels._C` loads the registrations above.
 PyMODINIT_FUNC PyInit__C(void) {

@@ -1,18 +1,25 @@
-// skinny_linear: out[M, N] = x[M, K] @ w[N, K]^T (+ bias) for decode batches, M <= 8.
+// skinny_linear: out[M, N] = x[M, K] @ w[N, K]^T (+ bias) for decode batches, M <= 16.
 // The weight is read once, with 16-byte loads; the whole problem is the time to stream it.
 //
-// CUDA path: each block owns 16*RT output rows and its warps split K. A warp multiplies a 16-row weight tile
-// by the (at most 8) activation rows with mma.m16n8k16 (fp32 accumulate). The k order inside a 32-wide chunk
-// is permuted identically for weight and activation, so each lane feeds the tensor core straight from its
-// own 16-byte loads with no shuffles. Partial sums of the warps meet in shared memory.
+// CUDA path: a block owns 16*RT output rows; its warps split K, and with a split S > 1 the S blocks of one
+// thread-block cluster (sm_90) split K further. A warp multiplies a 16-row weight tile by up to 8 activation
+// rows per mma.m16n8k16 (MT = 2 covers M up to 16), fp32 accumulation. The k order inside a 32-wide chunk is
+// permuted identically for weight and activation, so each lane feeds the tensor core straight from its own
+// 16-byte loads. Each pass loads U chunks per lane from clamped addresses without branches (so all its loads
+// can be in flight at once) and masks what lies outside the matrix. Partial sums meet in shared memory; across a cluster, through distributed shared memory in a fixed
+// rank order: deterministic, no atomics, no workspace, one launch.
 // HIP path (and a CUDA variant for comparison): plain FMA, each block owns ROWS rows, wave reduction.
 #pragma once
 
 #include "ib_compat.h"
 
+#if !IB_HIP
+#include <cooperative_groups.h>
+#endif
+
 namespace imagebuild {
 
-inline constexpr int kSkinnyMaxM = 8;
+inline constexpr int kSkinnyMaxM = 16;
 
 template <typename T>
 IB_DEVICE uint4 ld_weight(const T* p) {
@@ -33,6 +40,28 @@ IB_DEVICE uint4 ld_act(const T* p) {
 }
 
 #if !IB_HIP
+// Weight load, evict-first; HINT adds a 256-byte L2 prefetch size (neighbouring warps read the next bytes).
+template <int HINT>
+IB_DEVICE uint4 ld_weight_v(const void* p) {
+  uint4 v;
+  if constexpr (HINT != 0) {
+    asm("ld.global.cs.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+  } else {
+    asm("ld.global.cs.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+  }
+  return v;
+}
+
+IB_DEVICE uint4 ld_act_v(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
 template <typename T>
 IB_DEVICE void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                          uint32_t b1);
@@ -57,8 +86,9 @@ IB_DEVICE void mma_16816<__half>(float (&c)[4], uint32_t a0, uint32_t a1, uint32
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// Requires K % 8 == 0 and 16-byte aligned x and w (checked by the launcher).
-template <typename T, int WARPS, int RT, int U>
+// Requires K % 8 == 0 and 16-byte aligned x and w (checked by the launcher). gridDim.y is the K split S: block
+// (bx, s) covers the s-th contiguous range of 32-wide k chunks; S > 1 only in a (1, S, 1) cluster on sm_90.
+template <typename T, int WARPS, int RT, int U, int MT, int HINT>
 __global__ void __launch_bounds__(WARPS * 32)
     skinny_mma_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ w,
                       const T* __restrict__ bias, int M, int N, int K) {
@@ -68,10 +98,16 @@ __global__ void __launch_bounds__(WARPS * 32)
   const int q = lane % 4;  // which 8-wide slice of a 32-wide k chunk
   const int n0 = blockIdx.x * 16 * RT;
   const int nchunks = (K + 31) / 32;
+  const int splits = gridDim.y;
+  const int per_split = (nchunks + splits - 1) / splits;
+  const int c_begin = blockIdx.y * per_split;
+  const int c_end = min(nchunks, c_begin + per_split);
 
-  float acc[RT][4];
+  float acc[MT][RT][4];
 #pragma unroll
-  for (int r = 0; r < RT; ++r) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.f;
+  for (int t = 0; t < MT; ++t)
+#pragma unroll
+    for (int r = 0; r < RT; ++r) acc[t][r][0] = acc[t][r][1] = acc[t][r][2] = acc[t][r][3] = 0.f;
 
   const uint4 zero = make_uint4(0, 0, 0, 0);
   const T* w_lo[RT];
@@ -82,56 +118,101 @@ __global__ void __launch_bounds__(WARPS * 32)
     const int row = n0 + r * 16 + g;
     ok_lo[r] = row < N;
     ok_hi[r] = row + 8 < N;
-    w_lo[r] = w + static_cast<int64_t>(ok_lo[r] ? row : 0) * K;
-    w_hi[r] = w + static_cast<int64_t>(ok_hi[r] ? row + 8 : 0) * K;
+    w_lo[r] = w + static_cast<int64_t>(ok_lo[r] ? row : N - 1) * K;
+    w_hi[r] = w + static_cast<int64_t>(ok_hi[r] ? row + 8 : N - 1) * K;
   }
-  const bool ok_x = g < M;
-  const T* x_row = x + static_cast<int64_t>(ok_x ? g : 0) * K;
+  const T* x_row[MT];
+  bool ok_x[MT];
+#pragma unroll
+  for (int t = 0; t < MT; ++t) {
+    ok_x[t] = 8 * t + g < M;
+    x_row[t] = x + static_cast<int64_t>(ok_x[t] ? 8 * t + g : 0) * K;
+  }
 
-  for (int kc0 = warp; kc0 < nchunks; kc0 += WARPS * U) {
-    uint4 wl[U][RT], wh[U][RT], xa[U];
+  for (int kc0 = c_begin + warp; kc0 < c_end; kc0 += WARPS * U) {
+    uint4 wl[U][RT], wh[U][RT], xa[U][MT];
+    // Unconditional loads from clamped addresses (bytes this warp reads anyway), masked afterwards: one basic
+    // block, so the compiler can issue every load of the pass before the first multiply.
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int k = (kc0 + u * WARPS) * 32 + q * 8;
-      const bool ok_k = k < K;
+      const int c = kc0 + u * WARPS;
+      const int k = min(c, c_end - 1) * 32 + q * 8;
+      const int kk = min(k, K - 8);
+      const bool ok_k = c < c_end && k < K;
 #pragma unroll
       for (int r = 0; r < RT; ++r) {
-        wl[u][r] = (ok_k && ok_lo[r]) ? ld_weight(w_lo[r] + k) : zero;
-        wh[u][r] = (ok_k && ok_hi[r]) ? ld_weight(w_hi[r] + k) : zero;
+        wl[u][r] = ld_weight_v<HINT>(w_lo[r] + kk);
+        wh[u][r] = ld_weight_v<HINT>(w_hi[r] + kk);
+        if (!(ok_k && ok_lo[r])) wl[u][r] = zero;
+        if (!(ok_k && ok_hi[r])) wh[u][r] = zero;
       }
-      xa[u] = (ok_k && ok_x) ? ld_act(x_row + k) : zero;
+#pragma unroll
+      for (int t = 0; t < MT; ++t) {
+        xa[u][t] = ld_act_v(x_row[t] + kk);
+        if (!(ok_k && ok_x[t])) xa[u][t] = zero;
+      }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
-      for (int r = 0; r < RT; ++r) {
-        mma_16816<T>(acc[r], wl[u][r].x, wh[u][r].x, wl[u][r].y, wh[u][r].y, xa[u].x, xa[u].y);
-        mma_16816<T>(acc[r], wl[u][r].z, wh[u][r].z, wl[u][r].w, wh[u][r].w, xa[u].z, xa[u].w);
+      for (int t = 0; t < MT; ++t) {
+#pragma unroll
+        for (int r = 0; r < RT; ++r) {
+          mma_16816<T>(acc[t][r], wl[u][r].x, wh[u][r].x, wl[u][r].y, wh[u][r].y, xa[u][t].x, xa[u][t].y);
+          mma_16816<T>(acc[t][r], wl[u][r].z, wh[u][r].z, wl[u][r].w, wh[u][r].w, xa[u][t].z, xa[u][t].w);
+        }
       }
     }
   }
 
-  __shared__ float red[WARPS][RT * 4][32];
+  constexpr int V = MT * RT * 4;  // accumulator values per lane
+  __shared__ float red[WARPS][V][32];
+  __shared__ float part[V * 32];
 #pragma unroll
-  for (int r = 0; r < RT; ++r)
+  for (int t = 0; t < MT; ++t)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) red[warp][r * 4 + j][lane] = acc[r][j];
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) red[warp][(t * RT + r) * 4 + j][lane] = acc[t][r][j];
   __syncthreads();
-  // acc[r][j] is out[m = 2q + (j & 1)][n = n0 + 16r + g + 8*(j >> 1)].
-  for (int idx = threadIdx.x; idx < RT * 4 * 32; idx += WARPS * 32) {
+  // Value idx = v * 32 + l holds acc[t][r][j] of lane l, v = (t * RT + r) * 4 + j:
+  // out[m = 8t + 2(l % 4) + (j & 1)][n = n0 + 16r + l / 4 + 8(j >> 1)].
+  auto emit = [&](int idx, float s) {
     const int v = idx / 32;
     const int l = idx % 32;
-    float s = 0.f;
-#pragma unroll
-    for (int wi = 0; wi < WARPS; ++wi) s += red[wi][v][l];
-    const int r = v / 4;
+    const int t = v / (RT * 4);
+    const int r = (v / 4) % RT;
     const int j = v % 4;
-    const int m = 2 * (l % 4) + (j & 1);
+    const int m = 8 * t + 2 * (l % 4) + (j & 1);
     const int n = n0 + 16 * r + l / 4 + 8 * (j >> 1);
     if (m < M && n < N) {
       if (bias != nullptr) s += Convert<T>::to_float(bias[n]);
       out[static_cast<int64_t>(m) * N + n] = Convert<T>::from_float(s);
     }
+  };
+  for (int idx = threadIdx.x; idx < V * 32; idx += WARPS * 32) {
+    float s = 0.f;
+#pragma unroll
+    for (int wi = 0; wi < WARPS; ++wi) s += red[wi][idx / 32][idx % 32];
+    if (splits == 1) {
+      emit(idx, s);
+    } else {
+      part[idx] = s;
+    }
+  }
+  if (splits > 1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every block's partial sums are in its shared memory
+    const int rank = static_cast<int>(cluster.block_rank());
+    for (int idx = rank * WARPS * 32 + threadIdx.x; idx < V * 32; idx += splits * WARPS * 32) {
+      float s = 0.f;
+      for (int j = 0; j < splits; ++j) s += cluster.map_shared_rank(part, j)[idx];  // fixed order: deterministic
+      emit(idx, s);
+    }
+    cluster.sync();  // no block leaves while another still reads its shared memory
+#endif
   }
 }
 
@@ -205,9 +286,7 @@ __global__ void __launch_bounds__(THREADS)
   }
 }
 
-inline constexpr int kSkinnyConfigs = 9;
-
-// True when the kernels can take the problem; otherwise the caller falls back to a library GEMM.
+// True when the kernels can take the problem; otherwise the caller uses the library GEMM.
 template <typename T>
 bool skinny_supported(const T* x, const T* w, int64_t M, int64_t N, int64_t K) {
   return M >= 1 && M <= kSkinnyMaxM && N >= 1 && K >= 8 && K % 8 == 0 && N < (1LL << 31) &&
@@ -215,17 +294,55 @@ bool skinny_supported(const T* x, const T* w, int64_t M, int64_t N, int64_t K) {
          reinterpret_cast<uintptr_t>(w) % 16 == 0;
 }
 
-template <typename T, int WARPS, int RT, int U>
-ib_error_t launch_skinny_mma(T* out, const T* x, const T* w, const T* bias, int M, int N, int K,
-                             ib_stream_t stream) {
+// A launch configuration: cfg = 100 * split + variant (split 1, 2, 4 or 8; cfg < 100 means split 1).
+// Variants (warps per block, 16-row tiles per block, unroll, L2 256-byte prefetch hint); 6 is the FMA kernel.
+// imagebuild_kernels/_table.py mirrors this list (a test compares them).
+inline constexpr int kSkinnyVariants = 15;
+inline constexpr int kSkinnyMaxSplit = 8;
+
+inline int skinny_variant(int cfg) { return cfg % 100; }
+inline int skinny_split(int cfg) { return cfg < 100 ? 1 : cfg / 100; }
+inline bool skinny_cfg_valid(int cfg) {
+  const int v = skinny_variant(cfg);
+  const int s = skinny_split(cfg);
+  return cfg >= 1 && v >= 1 && v <= kSkinnyVariants && (s == 1 || s == 2 || s == 4 || s == 8) &&
+         !(v == 6 && s != 1);
+}
+
+template <typename T, int WARPS, int RT, int U, int MT, int HINT>
+ib_error_t launch_skinny_mma_mt(T* out, const T* x, const T* w, const T* bias, int M, int N, int K, int split,
+                                ib_stream_t stream) {
 #if IB_HIP
-  (void)out, (void)x, (void)w, (void)bias, (void)M, (void)N, (void)K, (void)stream;
+  (void)out, (void)x, (void)w, (void)bias, (void)M, (void)N, (void)K, (void)split, (void)stream;
   return hipErrorNotSupported;
 #else
-  const int blocks = (N + 16 * RT - 1) / (16 * RT);
-  skinny_mma_kernel<T, WARPS, RT, U><<<blocks, WARPS * 32, 0, stream>>>(out, x, w, bias, M, N, K);
-  return IB_GET_LAST_ERROR();
+  const dim3 grid((N + 16 * RT - 1) / (16 * RT), split);
+  auto* kernel = skinny_mma_kernel<T, WARPS, RT, U, MT, HINT>;
+  if (split == 1) {
+    kernel<<<grid, WARPS * 32, 0, stream>>>(out, x, w, bias, M, N, K);
+    return IB_GET_LAST_ERROR();
+  }
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = grid;
+  lc.blockDim = dim3(WARPS * 32);
+  lc.dynamicSmemBytes = 0;
+  lc.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = split;
+  attr[0].val.clusterDim.z = 1;
+  lc.attrs = attr;
+  lc.numAttrs = 1;
+  return cudaLaunchKernelEx(&lc, kernel, out, x, w, bias, M, N, K);
 #endif
+}
+
+template <typename T, int WARPS, int RT, int U, int HINT>
+ib_error_t launch_skinny_mma(T* out, const T* x, const T* w, const T* bias, int M, int N, int K, int split,
+                             ib_stream_t stream) {
+  if (M > 8) return launch_skinny_mma_mt<T, WARPS, RT, U, 2, HINT>(out, x, w, bias, M, N, K, split, stream);
+  return launch_skinny_mma_mt<T, WARPS, RT, U, 1, HINT>(out, x, w, bias, M, N, K, split, stream);
 }
 
 template <typename T>
@@ -237,56 +354,37 @@ ib_error_t launch_skinny_fma(T* out, const T* x, const T* w, const T* bias, int 
   return IB_GET_LAST_ERROR();
 }
 
-// Co-resident blocks per multiprocessor of one mma shape (cached; the same for every GPU of one build).
-template <typename T, int WARPS, int RT, int U>
-int skinny_mma_blocks_per_sm() {
-#if IB_HIP
-  return 1;
-#else
-  static int per_sm = 0;
-  if (per_sm == 0) {
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, skinny_mma_kernel<T, WARPS, RT, U>, WARPS * 32, 0) !=
-            cudaSuccess ||
-        n <= 0)
-      n = 1;
-    per_sm = n;
-  }
-  return per_sm;
-#endif
-}
-
-// The default choice, from H200 measurements (bench/results/kernels_h200.json): up to 1024 tiles of 16 rows,
-// 8 warps share each tile's K; beyond, 32-row blocks of 4 warps when their count nearly fills whole waves of
-// co-resident blocks (the tail of a partial wave costs more than the larger tile saves), else 16-row blocks.
-template <typename T>
-int skinny_default_cfg(int N, int sm_count) {
-  if ((N + 15) / 16 <= 1024) return 1;
-  const double cap = static_cast<double>(sm_count) * skinny_mma_blocks_per_sm<T, 4, 2, 4>();
-  const double waves = ((N + 31) / 32) / cap;
-  const double filled = waves / static_cast<double>(static_cast<long long>(waves + 0.999999));
-  return filled >= 0.9 ? 5 : 3;
-}
-
-// cfg 0 picks the kernel (skinny_default_cfg); 1-5, 7, 8 are mma shapes (CUDA), 6 the portable FMA kernel.
-// Caller checked skinny_supported(). out is [M, N] contiguous; bias is null or [N].
+// Launches configuration cfg (>= 1, see above; the choice per shape is made by the caller from the measured
+// table). Caller checked skinny_supported(). out is [M, N] contiguous; bias is null or [N]. clusters: the
+// device runs thread-block clusters (sm_90+); without them a split > 1 is refused.
 template <typename T>
 ib_error_t launch_skinny_linear(T* out, const T* x, const T* w, const T* bias, int M, int N, int K, int cfg,
-                                int sm_count, ib_stream_t stream) {
+                                bool clusters, ib_stream_t stream) {
 #if IB_HIP
-  (void)cfg, (void)sm_count;
+  (void)clusters;
+  if (!skinny_cfg_valid(cfg)) return hipErrorInvalidValue;
   return launch_skinny_fma<T>(out, x, w, bias, M, N, K, stream);
 #else
-  if (cfg == 0) cfg = skinny_default_cfg<T>(N, sm_count);
-  switch (cfg) {
-    case 7: return launch_skinny_mma<T, 16, 1, 2>(out, x, w, bias, M, N, K, stream);
-    case 8: return launch_skinny_mma<T, 8, 1, 8>(out, x, w, bias, M, N, K, stream);
-    case 2: return launch_skinny_mma<T, 8, 2, 2>(out, x, w, bias, M, N, K, stream);
-    case 3: return launch_skinny_mma<T, 4, 1, 4>(out, x, w, bias, M, N, K, stream);
-    case 4: return launch_skinny_mma<T, 8, 1, 2>(out, x, w, bias, M, N, K, stream);
-    case 5: return launch_skinny_mma<T, 4, 2, 4>(out, x, w, bias, M, N, K, stream);
+  if (!skinny_cfg_valid(cfg)) return cudaErrorInvalidValue;
+  const int s = skinny_split(cfg);
+  if (s > 1 && !clusters) return cudaErrorInvalidValue;
+  switch (skinny_variant(cfg)) {
+    case 1: return launch_skinny_mma<T, 8, 1, 4, 0>(out, x, w, bias, M, N, K, s, stream);
+    case 2: return launch_skinny_mma<T, 8, 2, 2, 0>(out, x, w, bias, M, N, K, s, stream);
+    case 3: return launch_skinny_mma<T, 4, 1, 4, 0>(out, x, w, bias, M, N, K, s, stream);
+    case 4: return launch_skinny_mma<T, 8, 1, 2, 0>(out, x, w, bias, M, N, K, s, stream);
+    case 5: return launch_skinny_mma<T, 4, 2, 4, 0>(out, x, w, bias, M, N, K, s, stream);
     case 6: return launch_skinny_fma<T>(out, x, w, bias, M, N, K, stream);
-    default: return launch_skinny_mma<T, 8, 1, 4>(out, x, w, bias, M, N, K, stream);
+    case 7: return launch_skinny_mma<T, 16, 1, 2, 0>(out, x, w, bias, M, N, K, s, stream);
+    case 8: return launch_skinny_mma<T, 8, 1, 8, 0>(out, x, w, bias, M, N, K, s, stream);
+    case 9: return launch_skinny_mma<T, 16, 1, 4, 0>(out, x, w, bias, M, N, K, s, stream);
+    case 10: return launch_skinny_mma<T, 32, 1, 2, 0>(out, x, w, bias, M, N, K, s, stream);
+    case 11: return launch_skinny_mma<T, 4, 1, 8, 0>(out, x, w, bias, M, N, K, s, stream);
+    case 12: return launch_skinny_mma<T, 8, 1, 4, 1>(out, x, w, bias, M, N, K, s, stream);
+    case 13: return launch_skinny_mma<T, 4, 2, 4, 1>(out, x, w, bias, M, N, K, s, stream);
+    case 14: return launch_skinny_mma<T, 16, 1, 4, 1>(out, x, w, bias, M, N, K, s, stream);
+    case 15: return launch_skinny_mma<T, 4, 1, 8, 1>(out, x, w, bias, M, N, K, s, stream);
+    default: return cudaErrorInvalidValue;
   }
 #endif
 }

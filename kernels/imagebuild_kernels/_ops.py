@@ -19,6 +19,9 @@ SCHEMAS = {
     # Benchmark hooks: the same kernels with an explicit launch configuration (0 = the default choice).
     "_silu_and_mul_cfg": "_silu_and_mul_cfg(Tensor(a!) out, Tensor x, int cfg) -> ()",
     "_skinny_linear_cfg": "_skinny_linear_cfg(Tensor x, Tensor weight, Tensor? bias, int cfg) -> Tensor",
+    # The measured dispatch table (rows: dtype, N, K, M, cfg) and what it picks for one call (-1: F.linear).
+    "_skinny_set_table": "_skinny_set_table(Tensor rows, int cc, int sm_count) -> ()",
+    "_skinny_choice": "_skinny_choice(Tensor x, Tensor weight) -> int",
 }
 for _schema in SCHEMAS.values():
     LIB.define(_schema)

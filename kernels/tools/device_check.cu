@@ -8,7 +8,7 @@ template ib_error_t launch_silu_and_mul<float>(float*, const float*, int64_t, in
 template ib_error_t launch_silu_and_mul<__half>(__half*, const __half*, int64_t, int64_t, int, int, ib_stream_t);
 template ib_error_t launch_silu_and_mul<bf16_t>(bf16_t*, const bf16_t*, int64_t, int64_t, int, int, ib_stream_t);
 template ib_error_t launch_skinny_linear<__half>(__half*, const __half*, const __half*, const __half*, int, int,
-                                                 int, int, int, ib_stream_t);
+                                                 int, int, bool, ib_stream_t);
 template ib_error_t launch_skinny_linear<bf16_t>(bf16_t*, const bf16_t*, const bf16_t*, const bf16_t*, int, int,
-                                                 int, int, int, ib_stream_t);
+                                                 int, int, bool, ib_stream_t);
 }  // namespace imagebuild

@@ -1,0 +1,7 @@
+// The __half instantiation of skinny_linear's launcher and kernels, in its own file so the dtypes compile in parallel.
+#include "skinny_linear.cuh"
+
+namespace imagebuild {
+template ib_error_t launch_skinny_linear<__half>(__half*, const __half*, const __half*, const __half*, int, int, int, int, bool,
+                                             ib_stream_t);
+}  // namespace imagebuild
