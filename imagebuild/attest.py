@@ -1,0 +1,148 @@
+"""The in-toto predicates imagebuild attaches to a published digest: SBOM, SLSA provenance, smoke reports.
+
+Predicate types (what `cosign attest --type` and `imagebuild verify` use):
+- SBOM: `https://cyclonedx.org/bom` (the CycloneDX document that is also /opt/imagebuild/sbom.json),
+- provenance: `https://slsa.dev/provenance/v1` (matrix file and hash, the resolved target manifest, source pins,
+  builder, git revision),
+- smoke: `urn:imagebuild:smoke-report:v1`, one attestation per GPU arch, the predicate being that arch's smoke
+  report (whose `image_id` is the image config digest: bound twice, by subject digest and by image ID).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import imagebuild
+
+SBOM_TYPE = "https://cyclonedx.org/bom"
+PROVENANCE_TYPE = "https://slsa.dev/provenance/v1"
+SMOKE_TYPE = "urn:imagebuild:smoke-report:v1"
+BUILD_TYPE = "urn:imagebuild:build:v1"
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+
+
+def statement(name: str, digest: str, predicate_type: str, predicate: Mapping[str, Any]) -> dict[str, Any]:
+    """A full in-toto v1 statement about name@digest (the record kept beside the publish report)."""
+    algo, _, hexdigest = digest.partition(":")
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": name, "digest": {algo: hexdigest}}],
+        "predicateType": predicate_type,
+        "predicate": predicate,
+    }
+
+
+def subject_matches(stmt: Mapping[str, Any], digest: str) -> bool:
+    """Whether the statement names this digest (`sha256:<hex>`) among its subjects."""
+    algo, _, hexdigest = digest.partition(":")
+    subjects = stmt.get("subject")
+    return isinstance(subjects, list) and any(
+        isinstance(s, dict) and isinstance(s.get("digest"), dict) and s["digest"].get(algo) == hexdigest
+        for s in subjects
+    )
+
+
+def _git_dependency(name: str, source: Mapping[str, Any]) -> dict[str, Any] | None:
+    if source.get("git") and source.get("commit"):
+        dep: dict[str, Any] = {"name": name, "uri": f"git+{source['git']}@{source['commit']}"}
+        dep["digest"] = {"gitCommit": str(source["commit"])}
+        if source.get("subdir"):
+            dep["annotations"] = {"subdir": source["subdir"]}
+        return dep
+    if source.get("url"):
+        return {"name": name, "uri": str(source["url"]), "digest": {"sha256": str(source.get("sha256") or "")}}
+    return None
+
+
+def _builder() -> tuple[str, str | None]:
+    """The builder ID and the invocation: the GitHub workflow run in CI, this machine's imagebuild otherwise."""
+    env = os.environ
+    if env.get("GITHUB_ACTIONS") == "true" and env.get("GITHUB_REPOSITORY"):
+        server = env.get("GITHUB_SERVER_URL", "https://github.com")
+        workflow = env.get("GITHUB_WORKFLOW_REF") or f"{env['GITHUB_REPOSITORY']}/.github/workflows/images.yml"
+        run = f"{server}/{env['GITHUB_REPOSITORY']}/actions/runs/{env.get('GITHUB_RUN_ID', '')}"
+        return f"{server}/{workflow}", f"{run}/attempts/{env.get('GITHUB_RUN_ATTEMPT', '1')}"
+    return f"urn:imagebuild:builder:local:{imagebuild.__version__}", None
+
+
+def provenance(
+    labels: Mapping[str, str],
+    manifest: Mapping[str, Any] | None,
+    matrix_path: str,
+    component_sources: Mapping[str, Mapping[str, Any]],
+    engine: str | None = None,
+    built_on: str | None = None,
+) -> dict[str, Any]:
+    """The SLSA v1 provenance predicate of one image, from its labels and manifest and the matrix pins."""
+    manifest = manifest or {}
+    revision = labels.get("org.opencontainers.image.revision", "")
+    commit = revision.removesuffix("-dirty")
+    deps: list[dict[str, Any]] = []
+    if re.fullmatch(r"[0-9a-f]{40}", commit):
+        deps.append({"name": "imagebuild checkout", "digest": {"gitCommit": commit}})
+    deps.append({"name": "matrix", "uri": matrix_path, "digest": {"sha256": labels.get("io.imagebuild.matrix-sha256")}})
+    platform = manifest.get("platform") or {}
+    if platform.get("base_image"):
+        base: dict[str, Any] = {"name": "base image", "uri": f"docker-image:{platform['base_image']}"}
+        if platform.get("base_digest"):
+            base["digest"] = {"sha256": str(platform["base_digest"]).removeprefix("sha256:")}
+        deps.append(base)
+    torch = manifest.get("torch") or {}
+    for dep in [
+        _git_dependency("torch", torch.get("source") or {}) if torch.get("obtained") == "source" else None,
+        *[_git_dependency(f"patch:{p.get('name')}", p) for p in torch.get("patches") or []],
+        *[
+            _git_dependency(name, comp.get("source") or component_sources.get(name) or {})
+            for name, comp in sorted((manifest.get("components") or {}).items())
+            if comp.get("included")
+        ],
+        _git_dependency(
+            f"runtime:{(manifest.get('runtime') or {}).get('name')}",
+            (manifest.get("runtime") or {}).get("source") or {},
+        ),
+    ]:
+        if dep:
+            deps.append(dep)
+    builder_id, invocation = _builder()
+    metadata = {k: v for k, v in {"invocationId": invocation, "finishedOn": built_on}.items() if v}
+    return {
+        "buildDefinition": {
+            "buildType": BUILD_TYPE,
+            "externalParameters": {
+                "target": labels.get("io.imagebuild.target"),
+                "matrix": {"path": matrix_path, "sha256": labels.get("io.imagebuild.matrix-sha256")},
+                "arches": labels.get("io.imagebuild.arches"),
+            },
+            "internalParameters": {"manifest": manifest, "labels": dict(labels), "engine": engine},
+            "resolvedDependencies": deps,
+        },
+        "runDetails": {
+            "builder": {"id": builder_id, "version": {"imagebuild": imagebuild.__version__}},
+            "metadata": metadata,
+        },
+    }
+
+
+def smoke_predicate(report: Mapping[str, Any]) -> dict[str, Any]:
+    """One arch's smoke report as the predicate (the whole report: checks, numbers, versions, image_id)."""
+    return dict(report)
+
+
+def arch_base(arch: str) -> str:
+    """`gfx942:sramecc+:xnack-` -> `gfx942`: reports name the device's full target ID, labels may not."""
+    return arch.split(":", 1)[0]
+
+
+def claimed_arches(labels: Mapping[str, str]) -> list[str]:
+    """The arches an image claims (its io.imagebuild.arches label); `cpu` for an image built for none."""
+    value = labels.get("io.imagebuild.arches", "")
+    arches = [a for a in re.split(r"[;,\s]+", value) if a and a != "none"]
+    return arches or ["cpu"]
+
+
+def dump(data: Mapping[str, Any]) -> str:
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"

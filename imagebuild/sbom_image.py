@@ -1,0 +1,160 @@
+"""Read an image's inventory from inside it, and add its SBOM as a last layer (`/opt/imagebuild/sbom.json`).
+
+Decision: the SBOM goes in the image as one post-build layer (`FROM <built image>` + `COPY sbom.json`), made by
+`imagebuild build` right after BuildKit finishes, so smoke, publish and users all see the same final image ID,
+and `docker run IMAGE cat /opt/imagebuild/sbom.json` answers offline. The layer is deterministic (the document
+is a function of the image), so BuildKit's cache gives an unchanged image the same ID on a rebuild. A copy is
+written beside the build report (`<report dir>/sbom/<target>.cdx.json`); publish attaches it as an attestation.
+
+The collector runs the image's own `python3` (no shell, no network) with stdlib code only: the Python of the
+image is the environment its SBOM describes, and it reads dpkg's status file where the image keeps it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from imagebuild.build import TargetResult
+    from imagebuild.engine import Engine
+    from imagebuild.sbom import Inventory
+
+COLLECTOR = r"""
+import importlib.metadata as md, json, os, sys
+def paragraphs(path):
+    try:
+        text = open(path, encoding="utf-8", errors="replace").read()
+    except OSError:
+        return []
+    out = []
+    for block in text.split("\n\n"):
+        fields, key = {}, None
+        for line in block.splitlines():
+            if line[:1] in (" ", "\t") and key:
+                continue
+            key, _, value = line.partition(":")
+            if key in ("Package", "Version", "Architecture", "Status", "Source"):
+                fields[key] = value.strip()
+        if "Package" in fields:
+            out.append(fields)
+    return out
+def load(path):
+    try:
+        return json.load(open(path, encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+osr = {}
+for line in open("/etc/os-release", encoding="utf-8") if os.path.exists("/etc/os-release") else []:
+    key, _, value = line.strip().partition("=")
+    if key:
+        osr[key] = value.strip('"')
+dists = []
+for dist in md.distributions():
+    name = dist.metadata["Name"]
+    if not name:
+        continue
+    direct = dist.read_text("direct_url.json")
+    where = json.loads(direct).get("url") if direct else None
+    dists.append({"name": name, "version": dist.version, "location": str(dist.locate_file("")),
+                  "installed_from": where})
+json.dump({"python": sys.version.split()[0], "os_release": osr, "dpkg": paragraphs("/var/lib/dpkg/status"),
+           "dists": dists, "manifest": load("/opt/imagebuild/manifest.json"),
+           "kernels": load("/opt/imagebuild/kernels.json")}, sys.stdout)
+"""
+
+
+class SbomError(Exception):
+    """The inventory could not be read from the image, or the SBOM layer could not be built."""
+
+
+def _docker(engine: Engine, *args: str, timeout: int = 300, input_text: str | None = None) -> str:
+    proc = subprocess.run(
+        [engine.client, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=input_text,
+        env={**os.environ, **engine.env},
+        check=False,
+    )
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        raise SbomError(f"docker {args[0]} failed: {tail[:300]}")
+    return proc.stdout
+
+
+def collect(engine: Engine, image: str, component_sources: dict[str, dict[str, Any]]) -> Inventory:
+    """Run the collector in the image (`--network none`, its own python3) and parse what it printed."""
+    from imagebuild.sbom import Inventory
+
+    inspect = json.loads(_docker(engine, "image", "inspect", image))[0]
+    out = _docker(engine, "run", "--rm", "--network", "none", "--entrypoint", "python3", image, "-I", "-c", COLLECTOR)
+    try:
+        data = json.loads(out)
+    except ValueError as exc:
+        raise SbomError(f"the collector in {image} printed no JSON: {out[:200]!r}") from exc
+    return Inventory(
+        image_id=inspect["Id"],
+        labels=(inspect.get("Config") or {}).get("Labels") or {},
+        os_release=data.get("os_release") or {},
+        dpkg=data.get("dpkg") or [],
+        dists=data.get("dists") or [],
+        manifest=data.get("manifest"),
+        kernels=data.get("kernels"),
+        component_sources=component_sources,
+    )
+
+
+def add_layer(engine: Engine, image: str, tags: list[str], sbom_text: str) -> str:
+    """Build `FROM image` + the SBOM file under the same tags; returns the new image ID."""
+    from imagebuild.sbom import IMAGE_PATH
+
+    with tempfile.TemporaryDirectory(prefix="imagebuild-sbom-") as tmp:
+        ctx = Path(tmp)
+        (ctx / "sbom.json").write_text(sbom_text, encoding="utf-8")
+        (ctx / "Dockerfile").write_text(f"FROM {image}\nCOPY sbom.json {IMAGE_PATH}\n", encoding="utf-8")
+        iid = ctx / "iid"
+        tag_args = [arg for tag in tags for arg in ("-t", tag)]
+        build = engine.build_prefix()[1:]  # argv after the client: ["build"] or ["buildx", "build"]
+        _docker(engine, *build, "-q", "--iidfile", str(iid), *tag_args, str(ctx), timeout=600)
+        return iid.read_text().strip()
+
+
+def component_sources(matrix_path: Path) -> dict[str, dict[str, Any]]:
+    """`components.<name>.source` of the matrix (the manifest names which were built, the matrix pins them)."""
+    from imagebuild.matrix import load_matrix
+
+    matrix = load_matrix(matrix_path)
+    return {name: comp.source.model_dump() for name, comp in matrix.model.components.items()}
+
+
+def sbom_path(report: Path, target: str) -> Path:
+    """Where the SBOM is written beside the build report."""
+    return report.parent / "sbom" / f"{target}.cdx.json"
+
+
+def add_sboms(engine: Engine, results: list[TargetResult], matrix_path: Path, report: Path) -> None:
+    """For each built target: collect, write the SBOM beside the report, add the layer; a failure fails it."""
+    from imagebuild.sbom import render
+
+    built = [r for r in results if r.ok and r.image_id and r.tags]
+    if not built:
+        return
+    sources = component_sources(matrix_path)
+    for result in built:
+        try:
+            inventory = collect(engine, result.tags[0], sources)
+            text = render(inventory)
+            path = sbom_path(report, result.target)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            result.image_id = add_layer(engine, result.tags[0], result.tags, text)
+        except (SbomError, ValueError, OSError, subprocess.TimeoutExpired) as exc:
+            result.ok = False
+            result.failed_step = f"sbom: {exc}"
+            result.log_tail = [str(exc)]

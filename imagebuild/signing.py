@@ -1,0 +1,182 @@
+"""Sign a published digest and attach its attestations (SBOM, provenance, one smoke report per arch).
+
+Called by `imagebuild publish` after the push was verified (the digest is the registry's), and by
+`publish --promote` after the copy: promotion copies the staging repository's attestations (bound to the same
+digest), adds the smoke reports, and signs the digest in the public repository. Every predicate is also kept
+as a full in-toto statement beside the publish report (`attestations/*.intoto.json`).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from imagebuild import attest
+from imagebuild.build import atomic_write
+from imagebuild.cosign import CosignError, Signer, Verifier, read_password, sign
+from imagebuild.cosign import attest as cosign_attest
+from imagebuild.errors import ConfigError, PublishFailed
+from imagebuild.publish import find_passing_report
+from imagebuild.registry import Registry, RegistryError, RepoRef
+from imagebuild.sbom import IMAGE_PATH as SBOM_PATH
+from imagebuild.sbom import validate
+
+if TYPE_CHECKING:
+    import docker
+
+MANIFEST_PATH = "/opt/imagebuild/manifest.json"
+
+
+def signer_from(key: Path | None, password_file: Path | None, keyless: bool) -> Signer | None:
+    """The Signer the options ask for (None: publish unsigned); usage errors before anything is pushed."""
+    if keyless and key:
+        raise ConfigError("--sign-key and --keyless exclude each other")
+    if keyless:
+        return Signer(keyless=True)
+    if not key:
+        if password_file:
+            raise ConfigError("--key-password-file needs --sign-key")
+        return None
+    if not key.is_file():
+        raise ConfigError(f"signing key {key} not found")
+    if password_file is None:
+        raise ConfigError("--sign-key needs --key-password-file FILE (or - for stdin)", hint="never an argument")
+    return Signer(key=key, password=read_password(password_file))
+
+
+def read_image_file(client: docker.DockerClient, image_id: str, path: str) -> bytes | None:
+    """A file of a local image, read from a created (never started) container; None when absent."""
+    from docker.errors import NotFound
+
+    container = client.containers.create(image_id, entrypoint=["/nonexistent"], network_disabled=True)
+    try:
+        stream, _ = container.get_archive(path)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            member = tar.next()
+            handle = tar.extractfile(member) if member else None
+            return handle.read() if handle else None
+    except NotFound:
+        return None
+    finally:
+        container.remove(force=True)
+
+
+def _write(out_dir: Path, name: str, predicate_type: str, ref: str, digest: str, predicate: dict[str, Any]) -> Path:
+    """The predicate cosign signs, and the full statement we keep as the record."""
+    path = out_dir / f"{name}.predicate.json"
+    atomic_write(path, attest.dump(predicate))
+    atomic_write(out_dir / f"{name}.intoto.json", attest.dump(attest.statement(ref, digest, predicate_type, predicate)))
+    return path
+
+
+def _smoke(image_id: str, reports: list[Path]) -> list[tuple[str, dict[str, Any]]]:
+    """(arch, report) for each given report that passed for exactly this image ID."""
+    out = []
+    for path in reports:
+        if find_passing_report(image_id, [path]) is not None:
+            report = json.loads(path.read_text(encoding="utf-8"))
+            out.append((str(report.get("arch") or "cpu"), report))
+    return out
+
+
+def _attach(
+    repo: RepoRef, digest: str, items: list[tuple[str, str, Path]], signer: Signer, log: Callable[[str], None]
+) -> list[str]:
+    ref = f"{repo}@{digest}"
+    done = []
+    try:
+        log(f"sign {ref} ({signer.describe()})")
+        sign(ref, signer)
+        done.append("signature")
+        for name, predicate_type, path in items:
+            log(f"attest {name} ({predicate_type})")
+            cosign_attest(ref, predicate_type, path, signer)
+            done.append(name)
+    except CosignError as exc:
+        raise PublishFailed(f"signing {ref} failed after {', '.join(done) or 'nothing'}: {exc}") from exc
+    return done
+
+
+def sign_published(
+    client: docker.DockerClient,
+    image_id: str,
+    repo: RepoRef,
+    digest: str,
+    reports: list[Path],
+    signer: Signer,
+    context: dict[str, Any],
+    out_dir: Path,
+    log: Callable[[str], None],
+) -> list[str]:
+    """Sign repo@digest; attest the image's SBOM, its provenance and each passing smoke report."""
+    from imagebuild.sbom_image import component_sources
+
+    sbom = read_image_file(client, image_id, SBOM_PATH)
+    if sbom is None:
+        raise PublishFailed(f"{image_id[:19]} has no {SBOM_PATH}", hint="build it with `imagebuild build`")
+    error = validate(sbom.decode())
+    if error:
+        raise PublishFailed(f"{SBOM_PATH} of {image_id[:19]} is not valid CycloneDX: {error}")
+    manifest_bytes = read_image_file(client, image_id, MANIFEST_PATH)
+    manifest = json.loads(manifest_bytes) if manifest_bytes else None
+    labels = client.images.get(image_id).labels or {}
+    matrix_path = Path(context["matrix_path"])
+    sources = component_sources(matrix_path) if matrix_path.is_file() else {}
+    name = str(repo)
+    items = [("sbom", attest.SBOM_TYPE, _write(out_dir, "sbom", attest.SBOM_TYPE, name, digest, json.loads(sbom)))]
+    prov = attest.provenance(labels, manifest, str(context["matrix_display"]), sources, context.get("engine"))
+    items.append(
+        (
+            "provenance",
+            attest.PROVENANCE_TYPE,
+            _write(out_dir, "provenance", attest.PROVENANCE_TYPE, name, digest, prov),
+        )
+    )
+    for arch, report in _smoke(image_id, reports):
+        path = _write(out_dir, f"smoke-{arch.replace(':', '_')}", attest.SMOKE_TYPE, name, digest, report)
+        items.append((f"smoke {arch}", attest.SMOKE_TYPE, path))
+    return _attach(repo, digest, items, signer, log)
+
+
+def sign_promoted(
+    src: RepoRef,
+    dest: RepoRef,
+    digest: str,
+    image_id: str,
+    reports: list[Path],
+    signer: Signer,
+    out_dir: Path,
+    log: Callable[[str], None],
+) -> list[str]:
+    """Copy the staging attestations of digest to dest, then sign there and attest the smoke reports."""
+    tag = digest.replace(":", "-") + ".att"
+    registry = Registry(dest)
+    try:
+        staged = registry.digest(src.repo, tag)
+        if staged and src.repo != dest.repo:
+            log(f"copy attestations {src}:{tag} -> {dest}:{tag}")
+            registry.copy(src.repo, staged, dest.repo, tag)
+    except RegistryError as exc:
+        raise PublishFailed(f"copying the attestations of {src}@{digest} failed: {exc}") from exc
+    items = []
+    for arch, report in _smoke(image_id, reports):
+        path = _write(out_dir, f"smoke-{arch.replace(':', '_')}", attest.SMOKE_TYPE, str(dest), digest, report)
+        items.append((f"smoke {arch}", attest.SMOKE_TYPE, path))
+    return _attach(dest, digest, items, signer, log)
+
+
+def require_signed(ref: str, verifier: Verifier) -> None:
+    """The promotion gate: the staged digest must verify (signature, SBOM and provenance bound to it)."""
+    from imagebuild.verify import verify_image
+
+    result = verify_image(ref, verifier, need_smoke=False)
+    if not result.ok:
+        failed = "; ".join(f"{f.what}: {f.detail}" for f in result.findings if not f.ok)
+        raise PublishFailed(f"refusing to promote {ref}: not signed as required ({failed})")
+    click.echo(f"verified {ref} ({verifier.describe()})", err=True)

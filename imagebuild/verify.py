@@ -1,0 +1,160 @@
+"""`imagebuild verify`: is this the image the project published, and did it pass its smoke on every arch?
+
+Resolves IMAGE_REF to the registry's digest, then checks with cosign: a signature over that digest, an SBOM and
+a provenance attestation whose subject is that digest, and for every arch the image claims (its
+io.imagebuild.arches label) a smoke attestation that passed for this image's config digest. Each check is a
+finding; the image verifies only when every finding is ok.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from imagebuild import attest
+from imagebuild.cosign import CosignError, Verifier, verified_statements, verify_signature
+from imagebuild.errors import ConfigError
+from imagebuild.publish import report_refusal
+from imagebuild.registry import Registry, RegistryError, RepoRef
+from imagebuild.sbom import validate
+
+
+@dataclass
+class Finding:
+    what: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class Verification:
+    ref: str
+    digest: str | None = None
+    image_id: str | None = None
+    target: str | None = None
+    arches: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.findings) and all(f.ok for f in self.findings)
+
+    def add(self, what: str, ok: bool, detail: str) -> None:
+        self.findings.append(Finding(what, ok, detail))
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "verified": self.ok}
+
+
+def parse_ref(text: str) -> tuple[RepoRef, str]:
+    """HOST/REPO[:TAG|@sha256:...] -> (repo, tag or digest); a tag defaults to latest."""
+    name, sep, digest = text.partition("@")
+    tag = "latest"
+    if not sep and ":" in name.rsplit("/", 1)[-1]:
+        name, tag = name.rsplit(":", 1)
+    try:
+        return RepoRef.parse(name), digest if sep else tag
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _statements(v: Verification, ref: str, what: str, ptype: str, verifier: Verifier) -> list[dict[str, Any]]:
+    """Verified statements of ptype whose subject is this digest; a failed finding when there are none."""
+    try:
+        found = verified_statements(ref, ptype, verifier)
+    except CosignError as exc:
+        v.add(what, False, f"no verified {ptype} attestation: {exc}")
+        return []
+    bound = [s for s in found if attest.subject_matches(s, v.digest or "")]
+    if not bound:
+        v.add(what, False, f"{len(found)} {ptype} attestation(s), none bound to {v.digest}")
+    return bound
+
+
+def _check_sbom(v: Verification, statements: list[dict[str, Any]]) -> None:
+    for stmt in statements:
+        text = json.dumps(stmt.get("predicate"))
+        error = validate(text)
+        if error:
+            v.add("sbom", False, f"the SBOM attestation is not valid CycloneDX 1.6: {error}")
+            return
+        components = stmt["predicate"].get("components") or []
+        kinds = [str(c.get("bom-ref", "")).split(":", 1)[0] for c in components]
+        counts = ", ".join(f"{kinds.count(k)} {k}" for k in ("deb", "pypi", "built"))
+        v.add(
+            "sbom", True, f"CycloneDX {stmt['predicate'].get('specVersion')}, {len(components)} components ({counts})"
+        )
+        return
+
+
+def _check_provenance(v: Verification, statements: list[dict[str, Any]], labels: dict[str, str]) -> None:
+    for stmt in statements:
+        params = ((stmt.get("predicate") or {}).get("buildDefinition") or {}).get("externalParameters") or {}
+        matrix = params.get("matrix") or {}
+        if params.get("target") != labels.get("io.imagebuild.target"):
+            v.add("provenance", False, f"names target {params.get('target')}, the image is {v.target}")
+        elif matrix.get("sha256") != labels.get("io.imagebuild.matrix-sha256"):
+            v.add("provenance", False, "its matrix sha256 differs from the image's io.imagebuild.matrix-sha256")
+        else:
+            builder = ((stmt["predicate"].get("runDetails") or {}).get("builder") or {}).get("id")
+            revision = labels.get("org.opencontainers.image.revision", "?")
+            v.add(
+                "provenance",
+                True,
+                f"SLSA v1, target {v.target}, matrix sha256 {str(matrix.get('sha256'))[:12]}, "
+                f"revision {revision[:12]}, builder {builder}",
+            )
+        return
+
+
+def _check_smoke(v: Verification, statements: list[dict[str, Any]]) -> None:
+    reports = [s.get("predicate") or {} for s in statements]
+    for arch in v.arches:
+        mine = [r for r in reports if attest.arch_base(str(r.get("arch") or "cpu")) == attest.arch_base(arch)]
+        if not mine:
+            v.add(f"smoke {arch}", False, f"no smoke attestation for {arch}")
+            continue
+        refusals = [report_refusal(r, v.image_id or "") for r in mine]
+        if None in refusals:
+            report = mine[refusals.index(None)]
+            passed = sum(1 for c in report.get("checks", []) if c.get("status") == "passed")
+            v.add(f"smoke {arch}", True, f"passed ({passed} checks passed, device {report.get('device')})")
+        else:
+            v.add(f"smoke {arch}", False, f"smoke report {refusals[0]}")
+
+
+def verify_image(text: str, verifier: Verifier, need_smoke: bool = True) -> Verification:
+    """Every finding about IMAGE_REF; registry or usage problems are ConfigError (exit 2)."""
+    repo, reference = parse_ref(text)
+    v = Verification(ref=text)
+    registry = Registry(repo)
+    try:
+        v.digest = registry.digest(repo.repo, reference)
+        if v.digest is None:
+            v.add("image", False, f"{text} does not exist in {repo.host}")
+            return v
+        v.image_id, config = registry.config(repo.repo, v.digest)
+    except RegistryError as exc:
+        raise ConfigError(f"cannot read {text}: {exc}") from None
+    labels: dict[str, str] = (config.get("config") or {}).get("Labels") or {}  # type: ignore[union-attr]
+    v.target = labels.get("io.imagebuild.target")
+    v.arches = attest.claimed_arches(labels)
+    ref = f"{repo}@{v.digest}"
+    try:
+        payloads = verify_signature(ref, verifier)
+        signed = [
+            p for p in payloads if (p.get("critical") or {}).get("image", {}).get("docker-manifest-digest") == v.digest
+        ]
+        v.add(
+            "signature",
+            bool(signed),
+            f"{len(signed)} verified ({verifier.describe()})" if signed else "no signature over this digest",
+        )
+    except CosignError as exc:
+        v.add("signature", False, str(exc))
+    _check_sbom(v, _statements(v, ref, "sbom", attest.SBOM_TYPE, verifier))
+    _check_provenance(v, _statements(v, ref, "provenance", attest.PROVENANCE_TYPE, verifier), labels)
+    if need_smoke:
+        _check_smoke(v, _statements(v, ref, "smoke", attest.SMOKE_TYPE, verifier))
+    return v
