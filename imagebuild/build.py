@@ -19,11 +19,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from imagebuild.engine import Engine
 from imagebuild.errors import BuildFailed, ConfigError
+from imagebuild.imageref import ImageRef, write_record
 
-LOCAL_REPO = os.environ.get("IMAGEBUILD_LOCAL_REPO", "imagebuild")
+if TYPE_CHECKING:
+    from imagebuild.plan import TargetPlan
+
 DEFAULT_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 LOG_TAIL_LINES = 40
 REDACTED = "***"
@@ -71,6 +75,7 @@ class BuildSpec:
     render_dir: Path | None = None  # where a non-default render is written before the build
     rendered_files: dict[str, str] = field(default_factory=dict)
     log_path: Path = Path("build/logs/build.log")
+    plan: TargetPlan | None = None  # what the spec was read off (None for a hand-made spec)
 
     @property
     def iidfile(self) -> Path:
@@ -433,13 +438,27 @@ def atomic_write(path: Path, text: str) -> None:
         raise
 
 
-def write_report(path: Path, engine: Engine, results: list[TargetResult]) -> None:
+def image_ref(result: TargetResult) -> ImageRef | None:
+    """The reference a successful build hands to smoke and publish: the ID from BuildKit's iidfile."""
+    if not result.ok or not result.image_id:
+        return None
+    return ImageRef(result.image_id, result.target, tuple(result.tags), recorded_by="build")
+
+
+def write_report(path: Path, engine: Engine, results: list[TargetResult], root: Path | None = None) -> None:
+    """The build report; with root, also each built image's record (imageref.record_path) for smoke and publish."""
+    targets = []
+    for result in results:
+        ref = image_ref(result)
+        targets.append({**asdict(result), "image": ref.as_dict() if ref else None})
+        if ref is not None and root is not None:
+            write_record(root, ref)
     report = {
         "schema_version": 1,
         "engine": engine.describe(),
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "ok": all(result.ok for result in results),
-        "targets": [asdict(result) for result in results],
+        "targets": targets,
     }
     atomic_write(path, json.dumps(report, indent=2) + "\n")
 

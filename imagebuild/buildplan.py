@@ -1,25 +1,22 @@
-"""Turn matrix targets into BuildSpecs: which Dockerfile, which build args, labels, tags and wheels.
+"""Turn matrix targets into BuildSpecs, each read off the target's TargetPlan (imagebuild/plan.py).
 
 Kept apart from build.py (which only runs builds) so that `build --dry-run` and `bake` share one plan.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from imagebuild.build import LOCAL_REPO, BuildSpec, GitInfo
+from imagebuild.build import BuildSpec, GitInfo
 from imagebuild.errors import ConfigError
+from imagebuild.plan import resolve_plan
 
 if TYPE_CHECKING:
-    from imagebuild.arches import Resolution
     from imagebuild.matrix import Matrix, Target
-
-DEFAULT_SOURCES = {"matrix default", "cpu platform"}
 
 
 @dataclass(frozen=True)
@@ -50,46 +47,6 @@ def select_targets(matrix: Matrix, names: Sequence[str], arch: str | None) -> li
     return chosen
 
 
-def labels_for(manifest: Mapping[str, Any], matrix_sha: str, git: GitInfo) -> dict[str, str]:
-    """OCI labels summarising the manifest; set with --label so they never bust the layer cache."""
-    torch = manifest.get("torch") or {}
-    platform = manifest.get("platform") or {}
-    components = {
-        name: (info.get("arches") or ["cpu"]) if info.get("included") else "excluded"
-        for name, info in (manifest.get("components") or {}).items()
-    }
-    return {
-        "org.opencontainers.image.title": str(manifest.get("target")),
-        "org.opencontainers.image.version": str(torch.get("version")),
-        "org.opencontainers.image.revision": git.revision,
-        "org.opencontainers.image.created": git.created,
-        "io.imagebuild.target": str(manifest.get("target")),
-        "io.imagebuild.platform": str(platform.get("name")),
-        "io.imagebuild.torch": str(torch.get("version")),
-        "io.imagebuild.arches": ";".join(manifest.get("gpu_arches") or []) or "none",
-        "io.imagebuild.matrix-sha256": matrix_sha,
-        "io.imagebuild.patches": ",".join(p.get("name", "") for p in torch.get("patches") or []),
-        "io.imagebuild.torch-source": _source_label(torch.get("source") or {}),
-        "io.imagebuild.components": json.dumps(components, sort_keys=True, separators=(",", ":")),
-        "io.imagebuild.versions": json.dumps(manifest.get("versions") or {}, sort_keys=True, separators=(",", ":")),
-    }
-
-
-def _source_label(source: dict[str, Any]) -> str:
-    """Where a source-built torch came from (`repo@commit`): the fork carries its fixes, so no patch names them."""
-    if not source.get("git"):
-        return ""
-    return f"{source['git']}@{source.get('commit') or source.get('ref') or 'HEAD'}"
-
-
-def tags_for(target: str, git: GitInfo, extra: Sequence[str]) -> list[str]:
-    tags = [f"{LOCAL_REPO}:{target}", f"{LOCAL_REPO}:{target}-{git.short}"]
-    for tag in extra:
-        tag = tag.replace("{target}", target)
-        tags.append(tag if ":" in tag.rsplit("/", 1)[-1] else f"{LOCAL_REPO}:{tag}")
-    return tags
-
-
 def torch_wheels(target: Target, env: Mapping[str, str]) -> list[Path]:
     """The torch wheel(s) of a wheelhouse target ($PIP_FIND_LINKS overrides the matrix's find_links)."""
     build = target.torch_build
@@ -110,41 +67,31 @@ def torch_wheels(target: Target, env: Mapping[str, str]) -> list[Path]:
 def plan_target(
     matrix: Matrix, target: Target, options: PlanOptions, env: Mapping[str, str], git: GitInfo
 ) -> BuildSpec:
-    """One target's BuildSpec; a non-default arch list is rendered into build/render/<target>/."""
-    root = matrix.path.resolve().parent
-    resolution: Resolution = target.resolve(options.arch, dict(env), options.allow_experimental)
-    committed = root / "dockerfiles" / target.name
-    render_dir: Path | None = None
-    rendered: dict[str, str] = {}
-    if resolution.source in DEFAULT_SOURCES:
-        files = {name: _read(committed / name) for name in ("Dockerfile", "manifest.json")}
-        dockerfile = committed / "Dockerfile"
-    else:
-        from imagebuild.render import render_target
+    """One target's BuildSpec, read off its TargetPlan; a non-default plan is rendered into build/render/."""
+    from imagebuild.render import render_plan
 
-        render_dir = root / "build" / "render" / target.name
-        manifest_path = f"build/render/{target.name}/manifest.json"
-        rendered = dict(render_target(matrix, target, resolution, manifest_path=manifest_path).files)
-        files, dockerfile = rendered, render_dir / "Dockerfile"
-    try:
-        manifest = json.loads(files["manifest.json"])
-    except (KeyError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"target {target.name}: the rendered manifest.json is unreadable: {exc}") from None
+    target_plan = resolve_plan(matrix, target, options.arch, env, options.allow_experimental)
+    rendered: dict[str, str] = {}
+    if target_plan.default:
+        files = {name: _read(target_plan.root / target_plan.out_dir / name) for name in ("Dockerfile", "manifest.json")}
+    else:
+        rendered = files = dict(render_plan(target_plan).files)
     return BuildSpec(
         target=target.name,
-        context=root,
-        dockerfile=dockerfile,
-        tags=tags_for(target.name, git, options.tags),
-        labels=labels_for(manifest, matrix.sha256, git),
-        build_args=dict(resolution.env),
+        context=target_plan.root,
+        dockerfile=target_plan.dockerfile,
+        tags=target_plan.tags(git, options.tags),
+        labels=target_plan.build_labels(git, matrix.sha256),
+        build_args=target_plan.build_args(files["Dockerfile"]),
         cache_from=list(options.cache_from),
         cache_to=list(options.cache_to),
         builder=options.builder,
         no_cache=options.no_cache,
         wheels=torch_wheels(target, env) if "build/wheelhouse" in files["Dockerfile"] else [],
-        render_dir=render_dir,
+        render_dir=None if target_plan.default else target_plan.dockerfile.parent,
         rendered_files=rendered,
-        log_path=root / "build" / "logs" / f"{target.name}.log",
+        log_path=target_plan.log_path,
+        plan=target_plan,
     )
 
 

@@ -1,25 +1,30 @@
-"""Find a client that can drive BuildKit against a live engine, because a build without one must stop early.
+"""The container engine, in one place: the BuildKit-capable client, the SDK client, device flags per GPU kind,
+and which image a name means.
 
-Order: `docker buildx` where it exists and works, else a docker client that still runs BuildKit natively
+Client order: `docker buildx` where it exists and works, else a docker client that still runs BuildKit natively
 with `DOCKER_BUILDKIT=1` (clients before 23.0; Debian's 20.10 at /usr/bin/docker). Newer clients without
-buildx (28.x) cannot, so they are skipped. No engine, or no BuildKit, is a ConfigError (exit 2).
+buildx (28.x) cannot, so they are skipped. No engine, no BuildKit, or an engine that does not answer within
+IMAGEBUILD_ENGINE_TIMEOUT seconds (an address that accepts and never replies) is a ConfigError (exit 2).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from imagebuild.errors import ConfigError
+from imagebuild.imageref import ImageRef, local_tag, read_record
 
 if TYPE_CHECKING:
     import docker
+    from docker.models.images import Image
 
 # Clients from 23.0 on hand `docker build` to buildx; without the plugin they cannot run BuildKit.
 _LAST_NATIVE_BUILDKIT_MAJOR = 22
@@ -68,10 +73,23 @@ def _candidates() -> list[str]:
     return found
 
 
+def engine_timeout() -> float:
+    """Seconds an engine gets to answer a question (not a build): an address that never answers ends here."""
+    try:
+        return max(0.1, float(os.environ.get("IMAGEBUILD_ENGINE_TIMEOUT", "30")))
+    except ValueError:
+        raise ConfigError("IMAGEBUILD_ENGINE_TIMEOUT must be a number of seconds") from None
+
+
 def _run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        argv, capture_output=True, text=True, timeout=30, env={**os.environ, **(env or {})}, check=False
-    )
+    """Run a short client command; past the deadline it is killed and reads as a failure that says so."""
+    timeout = engine_timeout()
+    try:
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, 124, "", f"no answer within {timeout:g} s")
 
 
 def _major(version: str) -> int:
@@ -123,17 +141,92 @@ def find_engine() -> Engine:
 
 
 def docker_client() -> docker.DockerClient:
-    """The Docker SDK client (inspect, run, push, tag); ConfigError (exit 2) when no engine answers."""
+    """The Docker SDK client (inspect, run, push, tag); ConfigError (exit 2) when no engine answers in time.
+
+    The first contact (API version, ping) gets the short engine deadline; later calls (pushes, container
+    logs) the long one, as they move real data.
+    """
     import docker
     from docker.errors import DockerException
+    from requests import RequestException
 
+    where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    timeout = engine_timeout()
     try:
-        client = docker.from_env(timeout=600)
+        client = docker.from_env(timeout=max(1, round(timeout)))
         client.ping()
-    except DockerException as exc:
+    except (DockerException, RequestException) as exc:
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise ConfigError(
-            f"no container engine answers at {os.environ.get('DOCKER_HOST', 'unix:///var/run/docker.sock')}: "
-            f"{str(exc).splitlines()[0]}",
-            hint="run scripts/setup.sh to start dockerd",
+            f"no container engine answers at {where} within {timeout:g} s: {detail}",
+            hint="run scripts/setup.sh to start dockerd, or check DOCKER_HOST",
         ) from exc
+    client.api.timeout = 600
     return client
+
+
+GPU_KINDS = ("auto", "rocm", "cuda", "none")
+
+
+def detect_gpu() -> str:
+    """auto: ROCm when /dev/kfd exists, CUDA when an NVIDIA device node exists, else none."""
+    if Path("/dev/kfd").exists():
+        return "rocm"
+    if Path("/dev/nvidiactl").exists() or Path("/dev/nvidia0").exists():
+        return "cuda"
+    return "none"
+
+
+def device_options(gpu: str) -> dict[str, Any]:
+    """The docker run options each GPU kind needs (the same flags the README lists for CI runners)."""
+    from docker.types import DeviceRequest
+
+    if gpu == "rocm":
+        return {
+            "devices": ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"],
+            "group_add": ["video"],
+            "security_opt": ["seccomp=unconfined"],
+            "ipc_mode": "host",
+        }
+    if gpu == "cuda":
+        return {"device_requests": [DeviceRequest(count=-1, capabilities=[["gpu"]])], "ipc_mode": "host"}
+    return {}
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text)
+
+
+def resolve_image(
+    client: docker.DockerClient, given: str, targets: list[str], root: Path
+) -> tuple[str, Image, ImageRef]:
+    """IMAGE or TARGET -> (a name for report paths, the engine's image, its reference).
+
+    A target name means the image its last build recorded (imageref.record_path), by ID; only without a record
+    (or when that image was removed) does the local tag `imagebuild:<target>` decide. Anything else is an engine
+    reference.
+    """
+    from docker.errors import ImageNotFound
+
+    bare = re.fullmatch(r"[a-z0-9][a-z0-9._-]*", given) is not None
+    if given in targets or bare:
+        record = read_record(root, given)
+        if record is not None:
+            try:
+                return given, client.images.get(record.image_id), record
+            except ImageNotFound:  # removed since: what the tag names now is all there is
+                pass
+        try:
+            image = client.images.get(local_tag(given))
+            return given, image, ImageRef(image.id, given, tuple(image.tags), recorded_by="engine")
+        except ImageNotFound:
+            if given in targets:
+                raise ConfigError(
+                    f"target {given} has no recorded build and no local image {local_tag(given)}",
+                    hint=f"imagebuild build {given}",
+                ) from None
+    try:
+        image = client.images.get(given)
+    except ImageNotFound:
+        raise ConfigError(f"no local image '{given}'", hint="build it or pull it first") from None
+    return _slug(given), image, ImageRef(image.id, None, tuple(image.tags), recorded_by="engine")

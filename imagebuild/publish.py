@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from imagebuild.build import LOCAL_REPO, atomic_write
+from imagebuild.build import atomic_write
 from imagebuild.errors import ConfigError, PublishFailed
+from imagebuild.imageref import LOCAL_REPO, ImageRef
 from imagebuild.registry import Registry, RegistryError, RepoRef
 
 if TYPE_CHECKING:
@@ -90,9 +91,15 @@ class PublishResult:
     warning: str | None = None
     error: str | None = None
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    ref: ImageRef | None = None  # the image, as build or the registry recorded it; pushed: repository and digest
 
     def write(self, path: Path) -> None:
-        atomic_write(path, json.dumps({"schema_version": 1, **self.__dict__}, indent=2) + "\n")
+        data = {k: v for k, v in self.__dict__.items() if k != "ref"}
+        ref = self.ref or ImageRef(self.image_id, recorded_by="engine")
+        if self.digest:
+            ref = ref.pushed(self.repository, self.digest, self.refs)
+        data["image"] = ref.as_dict()
+        atomic_write(path, json.dumps({"schema_version": 1, **data}, indent=2) + "\n")
 
 
 def report_refusal(report: Any, image_id: str) -> str | None:
@@ -132,9 +139,9 @@ def find_passing_report(image_id: str, candidates: Iterable[Path]) -> Path | Non
     return None
 
 
-def public_tags(image: Image, given: str) -> list[str]:
+def public_tags(ref: ImageRef, given: str) -> list[str]:
     """The image's local imagebuild tags (`<target>`, `<target>-<sha>`), else the tag it was named by."""
-    tags = sorted({t.split(":", 1)[1] for t in image.tags if t.startswith(f"{LOCAL_REPO}:")})
+    tags = sorted({t.split(":", 1)[1] for t in ref.tags if t.startswith(f"{LOCAL_REPO}:")})
     if tags:
         return tags
     last = given.rsplit("/", 1)[-1]
@@ -188,6 +195,15 @@ def publish_image(
         if local_digest not in (moved, check):
             raise PublishFailed(f"{repo}:{tag} points at {check}, not {local_digest}")
         result.refs.append(f"{repo}:{tag}")
+
+
+def staged_ref(registry: Registry, repo: RepoRef, reference: str) -> ImageRef:
+    """A staged image as the registry holds it: the config digest is the image ID smoke recorded."""
+    image_id, config = registry.config(repo.repo, reference)
+    labels = (config.get("config") or {}).get("Labels") or {}  # type: ignore[union-attr]
+    target = labels.get("io.imagebuild.target") if isinstance(labels, dict) else None
+    digest = reference if reference.startswith("sha256:") else registry.digest(repo.repo, reference)
+    return ImageRef(image_id, target, (), str(repo), digest, recorded_by="registry")
 
 
 def promote(source: str, dest: RepoRef, tags: list[str], log: Callable[[str], None]) -> tuple[str, list[str]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,9 +18,9 @@ import jinja2
 
 from imagebuild.arches import Resolution
 from imagebuild.errors import CheckFailed, ConfigError
-from imagebuild.matrix import Matrix, Source, Target, TgiRuntime
+from imagebuild.matrix import Matrix, Target, TgiRuntime
+from imagebuild.plan import TargetPlan, image_ref, plan_for
 
-MANIFEST_SCHEMA_VERSION = 1
 RENDERED_FILES = ("Dockerfile", "manifest.json")
 
 
@@ -47,12 +48,30 @@ def _kv(values: dict[str, str], indent: int = 4) -> str:
     return f" \\\n{' ' * indent}".join(f'{key}="{value}"' for key, value in values.items())
 
 
+def _label_kv(values: dict[str, str], indent: int = 4) -> str:
+    """LABEL pairs with each value as a double-quoted Dockerfile word (JSON-valued labels hold quotes)."""
+    pairs = (f"{key}={json.dumps(value, ensure_ascii=False)}" for key, value in values.items())
+    return f" \\\n{' ' * indent}".join(pairs)
+
+
 def _wheel_mounts(stages: list[str]) -> str:
     return " \\\n    ".join(f"--mount=type=bind,from={s},source=/wheels,target=/tmp/wheels/{s}" for s in stages)
 
 
 def _wheel_globs(stages: list[str]) -> str:
     return " ".join(f"/tmp/wheels/{s}/*.whl" for s in stages)
+
+
+def _shell_quote(value: object) -> str:
+    """`{{ value | q }}`: one shell word whatever the value holds (a `#`, `;` or space stays data)."""
+    return shlex.quote(str(_no_none(value)))
+
+
+def _no_none(value: object) -> object:
+    """Every `{{ }}` passes here: a field the matrix left out must never render as the word None."""
+    if value is None:
+        raise jinja2.TemplateRuntimeError("a value the template needs is not set in the matrix (it would render None)")
+    return value
 
 
 def environment(templates: Path) -> jinja2.Environment:
@@ -65,125 +84,11 @@ def environment(templates: Path) -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
         autoescape=False,
+        finalize=_no_none,
     )
-    env.filters.update(kv=_kv, wheel_mounts=_wheel_mounts, wheel_globs=_wheel_globs)
+    env.filters.update(kv=_kv, label_kv=_label_kv, wheel_mounts=_wheel_mounts, wheel_globs=_wheel_globs)
+    env.filters["q"] = _shell_quote
     return env
-
-
-def _image_ref(image: str, digest: str | None) -> str:
-    return f"{image}@{digest}" if digest else image
-
-
-def _source(source: Source) -> dict[str, Any]:
-    return source.model_dump()
-
-
-def manifest(target: Target, resolution: Resolution) -> dict[str, Any]:
-    """The image manifest (docs/contracts.md): what the image claims, for the smoke suite and for users."""
-    platform, build = target.platform, target.torch_build
-    processors = {t.processor: t.id for t in resolution.arches}
-    if platform.kind == "cpu":
-        attention = {"cpu": list(build.attention.get("cpu", ["math"]))}
-    else:
-        attention = {}
-        for arch, backends in build.attention.items():
-            processor = arch.split(":")[0]
-            if processor in processors:
-                attention[processors[processor]] = list(backends)
-    components = {name: plan.as_dict() for name, plan in resolution.components.items() if name != "pytorch"}
-    for name in target.skipped_components:
-        components[name] = {
-            "included": False,
-            "arches": [],
-            "experimental": [],
-            "reason": f"not built for the {platform.kind} platform",
-            "arch_vars": {},
-            "fixed_arches": [],
-        }
-    tunable = target.tunableop
-    return {
-        "schema_version": MANIFEST_SCHEMA_VERSION,
-        "target": target.name,
-        "platform": {
-            "name": target.platform_name,
-            "kind": platform.kind,
-            "version": platform.version,
-            "base_image": platform.base_image,
-            "base_digest": platform.base_digest,
-        },
-        "torch": {
-            "version": target.torch.reported_version(platform.kind),
-            "obtained": build.obtain,
-            "source": _source(build.source) if build.source else None,
-            "patches": [p.model_dump() for p in build.patches],
-            "companions": [c.model_dump() for c in build.companions],
-            "arch_vars": dict(resolution.components["pytorch"].env) if "pytorch" in resolution.components else {},
-        },
-        "gpu_arches": [t.id for t in resolution.arches],
-        "arch_source": resolution.source,
-        "experimental_arches": [t.id for t in resolution.experimental],
-        "arch_env": dict(resolution.env),
-        "components": components,
-        "attention_backends": attention,
-        "runtime": _runtime_manifest(target, resolution),
-        "tunableop": {
-            "enabled": tunable.enabled,
-            "tuning": tunable.tuning,
-            "filename": f"{tunable.results_dir}/{tunable.filename}",
-        },
-        "versions": {
-            "torch": target.torch.reported_version(platform.kind),
-            "rocm": platform.version if platform.kind == "rocm" else None,
-            "cuda": platform.version if platform.kind == "cuda" else None,
-            "python": platform.python_version,
-        },
-    }
-
-
-def _runtime_manifest(target: Target, resolution: Resolution) -> dict[str, Any] | None:
-    """The manifest's `runtime` section (docs/contracts.md): what the smoke suite starts and how it talks to it."""
-    runtime = target.runtime
-    if runtime is None:
-        return None
-    section: dict[str, Any] = {
-        "name": target.runtime_name,
-        "kind": runtime.kind,
-        "entrypoint": runtime.entrypoint,
-        "serve": [runtime.entrypoint, *runtime.serve],
-        "health": runtime.health,
-        "api": runtime.api,
-        "serve_env": dict(runtime.serve_env),
-        "startup_timeout_s": runtime.startup_timeout_s,
-    }
-    if isinstance(runtime, TgiRuntime):
-        section["source"] = _source(runtime.source)
-        section["attention"] = tgi_attention_promises(target, resolution)
-    else:
-        section["requirements"] = runtime.requirements
-        section["attention"] = {}  # a pip runtime makes no flash / paged promises
-    return section
-
-
-def tgi_attention_promises(target: Target, resolution: Resolution) -> dict[str, dict[str, bool]]:
-    """Per arch, whether TGI's flash / paged attention must be enabled: every component it imports is built for it."""
-    runtime = target.runtime
-    if not isinstance(runtime, TgiRuntime) or target.platform.kind == "cpu":
-        return {}
-    kind = target.platform.kind
-
-    def built_for(names: list[str] | None, arch: str) -> bool:
-        if not names:  # the matrix names no provider for this platform kind: nothing is promised
-            return False
-        plans = [resolution.components.get(name) for name in names]
-        return all(plan is not None and plan.included and arch in [t.id for t in plan.arches] for plan in plans)
-
-    return {
-        t.id: {
-            "flash": built_for(runtime.attention.flash.get(kind), t.id),
-            "paged": built_for(runtime.attention.paged.get(kind), t.id),
-        }
-        for t in resolution.arches
-    }
 
 
 def _runtime_context(target: Target) -> dict[str, Any] | None:
@@ -205,7 +110,7 @@ def _runtime_context(target: Target) -> dict[str, Any] | None:
             **common,
             "wheel_stage": "runtime-server",
             "source": runtime.source,
-            "builder_ref": _image_ref(runtime.builder_image, runtime.builder_digest),
+            "builder_ref": image_ref(runtime.builder_image, runtime.builder_digest),
             "rust_toolchain": runtime.rust_toolchain,
             "binaries": runtime.binaries,
             "requirements": server.requirements,
@@ -251,8 +156,11 @@ def _final_env(target: Target) -> dict[str, str]:
     return env
 
 
-def _context(target: Target, resolution: Resolution, manifest_path: str, command: str) -> dict[str, Any]:
+def _context(plan: TargetPlan) -> dict[str, Any]:
+    """The template variables; every stage's arch variables and the labels come from the plan."""
+    target, resolution = plan.target, plan.resolution
     platform, build = target.platform, target.torch_build
+    stages = {stage.name: stage for stage in plan.stages}
     included = {name for name, plan in resolution.components.items() if plan.included}
     components = [
         {
@@ -262,7 +170,7 @@ def _context(target: Target, resolution: Resolution, manifest_path: str, command
             "description": component.description or name,
             "source": component.source,
             "max_jobs": component.max_jobs,
-            "arch_env": dict(resolution.components[name].env),
+            "arch_env": dict(stages[f"component-{name}"].arch_env),
             "fixed_arches": list(resolution.components[name].fixed_arches),
             "build_requires": list(component.build_requires),
             "build_env": dict(component.build_env),
@@ -277,21 +185,14 @@ def _context(target: Target, resolution: Resolution, manifest_path: str, command
         notes.append("experimental arches: " + ", ".join(t.id for t in resolution.experimental))
     runtime = _runtime_context(target)
     entrypoint, cmd = _entrypoint_and_cmd(target)
-    labels = {
-        "org.opencontainers.image.title": f"imagebuild {target.name}",
-        "io.imagebuild.target": target.name,
-        "io.imagebuild.platform": target.platform_name,
-        "io.imagebuild.torch": target.torch.reported_version(platform.kind),
-        "io.imagebuild.arches": resolution.arch_list or "none",
-    }
     return {
-        "command": command,
+        "command": plan.render_command,
         "target": target.name,
         "notes": notes,
         "platform": {
             "kind": platform.kind,
             "version": platform.version,
-            "base_ref": _image_ref(platform.base_image, platform.base_digest),
+            "base_ref": stages["base"].parent,
             "python": platform.python,
             "apt_packages": platform.apt_packages,
             "pip_packages": platform.pip_packages,
@@ -300,7 +201,7 @@ def _context(target: Target, resolution: Resolution, manifest_path: str, command
         "torch": {
             "version": target.torch.version,
             "reported_version": target.torch.reported_version(platform.kind),
-            "arch_env": dict(resolution.components["pytorch"].env) if "pytorch" in resolution.components else {},
+            "arch_env": dict(stages["torch-build"].arch_env) if "torch-build" in stages else {},
             "build_requires": list(build.build_requires),
             "companions": build.companions,
             "constraints": _constraints(target) if platform.kind != "cpu" else [],
@@ -312,16 +213,29 @@ def _context(target: Target, resolution: Resolution, manifest_path: str, command
             "build_env": dict(build.build_env),
             "max_jobs": build.max_jobs or 8,
         },
-        "arch_env": dict(resolution.env),
+        "arch_env": dict(stages["final"].arch_env),
         "arch_list": resolution.arch_list,
         "components": components,
         "runtime": runtime,
         "final_env": _final_env(target),
-        "manifest_path": manifest_path,
+        "manifest_path": plan.manifest_path,
         "entrypoint": json.dumps(entrypoint),
         "cmd": json.dumps(cmd),
-        "labels": labels,
+        "labels": plan.labels,
     }
+
+
+def render_plan(plan: TargetPlan) -> Rendered:
+    """Render one plan's Dockerfile and manifest in memory."""
+    env = environment(plan.root / "dockerfiles" / "templates")
+    try:
+        dockerfile = env.get_template("Dockerfile.j2").render(**_context(plan))
+    except jinja2.TemplateError as exc:
+        raise ConfigError(f"template error while rendering {plan.name}: {exc}") from None
+    manifest_text = json.dumps(plan.manifest, indent=2, sort_keys=True) + "\n"
+    notes = [f"{name}: {comp.reason}" for name, comp in plan.resolution.components.items() if comp.reason]
+    files = {"Dockerfile": dockerfile, "manifest.json": manifest_text}
+    return Rendered(plan.name, files, plan.resolution, notes)
 
 
 def render_target(
@@ -330,24 +244,9 @@ def render_target(
     resolution: Resolution | None = None,
     manifest_path: str | None = None,
 ) -> Rendered:
-    """Render one target's Dockerfile and manifest; `manifest_path` is where the Dockerfile COPYs it from."""
-    default = resolution is None
-    resolution = resolution or target.resolve(env={})
-    if manifest_path is None:
-        manifest_path = f"dockerfiles/{target.name}/manifest.json"
-    command = f"imagebuild render {target.name}"
-    if not default and resolution.source != "matrix default":
-        command += f" --arch '{resolution.arch_list}'"
-        if resolution.experimental:
-            command += " --allow-experimental"
-    env = environment(repo_root(matrix) / "dockerfiles" / "templates")
-    try:
-        dockerfile = env.get_template("Dockerfile.j2").render(**_context(target, resolution, manifest_path, command))
-    except jinja2.TemplateError as exc:
-        raise ConfigError(f"template error while rendering {target.name}: {exc}") from None
-    manifest_text = json.dumps(manifest(target, resolution), indent=2, sort_keys=True) + "\n"
-    notes = [f"{name}: {plan.reason}" for name, plan in resolution.components.items() if plan.reason]
-    return Rendered(target.name, {"Dockerfile": dockerfile, "manifest.json": manifest_text}, resolution, notes)
+    """Render target under resolution; `manifest_path` (relative to the repository) names the plan's directory."""
+    out_dir = manifest_path.rsplit("/", 1)[0] if manifest_path else None
+    return render_plan(plan_for(matrix, target, resolution, out_dir=out_dir))
 
 
 def write_atomic(path: Path, text: str) -> bool:
@@ -382,17 +281,21 @@ def render_all(matrix: Matrix, targets: list[Target]) -> list[Rendered]:
     return [render_target(matrix, target) for target in targets]
 
 
+def differences(files: dict[str, str], directory: Path) -> list[str]:
+    """Files under directory that differ from these rendered ones (missing ones included)."""
+    drifted = []
+    for name, text in files.items():
+        path = directory / name
+        if not path.exists():
+            drifted.append(f"{path} (missing)")
+        elif path.read_text(encoding="utf-8") != text:
+            drifted.append(f"{path} (differs)")
+    return drifted
+
+
 def drift(matrix: Matrix, rendered: list[Rendered], out_dir: Path) -> list[str]:
     """Files on disk that differ from a fresh render (missing ones included)."""
-    drifted = []
-    for item in rendered:
-        for name, text in item.files.items():
-            path = out_dir / item.target / name
-            if not path.exists():
-                drifted.append(f"{path} (missing)")
-            elif path.read_text(encoding="utf-8") != text:
-                drifted.append(f"{path} (differs)")
-    return drifted
+    return [line for item in rendered for line in differences(item.files, out_dir / item.target)]
 
 
 def stale(matrix: Matrix, out_dir: Path) -> list[str]:
@@ -411,6 +314,10 @@ def check(matrix: Matrix, targets: list[Target], out_dir: Path, *, all_targets: 
     drifted = drift(matrix, render_all(matrix, targets), out_dir)
     if all_targets:
         drifted += stale(matrix, out_dir)
+    raise_on_drift(drifted)
+
+
+def raise_on_drift(drifted: list[str]) -> None:
     if drifted:
         raise CheckFailed(
             f"{len(drifted)} rendered file(s) out of date: {', '.join(drifted)}",

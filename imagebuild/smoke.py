@@ -6,68 +6,24 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from imagebuild.build import LOCAL_REPO, atomic_write
+from imagebuild.build import atomic_write
+from imagebuild.engine import detect_gpu, device_options
 from imagebuild.errors import ConfigError, SmokeFailed
 
 if TYPE_CHECKING:
     import docker
     from docker.models.images import Image
 
+    from imagebuild.imageref import ImageRef
+
 IMAGE_ROOT = "/opt/imagebuild"
-GPU_KINDS = ("auto", "rocm", "cuda", "none")
 TIMEOUT_S = int(os.environ.get("IMAGEBUILD_SMOKE_TIMEOUT", "1800"))
-
-
-def detect_gpu() -> str:
-    """auto: ROCm when /dev/kfd exists, CUDA when an NVIDIA device node exists, else none."""
-    if Path("/dev/kfd").exists():
-        return "rocm"
-    if Path("/dev/nvidiactl").exists() or Path("/dev/nvidia0").exists():
-        return "cuda"
-    return "none"
-
-
-def device_options(gpu: str) -> dict[str, Any]:
-    """The docker run options each GPU kind needs (the same flags the README lists for CI runners)."""
-    from docker.types import DeviceRequest
-
-    if gpu == "rocm":
-        return {
-            "devices": ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"],
-            "group_add": ["video"],
-            "security_opt": ["seccomp=unconfined"],
-            "ipc_mode": "host",
-        }
-    if gpu == "cuda":
-        return {"device_requests": [DeviceRequest(count=-1, capabilities=[["gpu"]])], "ipc_mode": "host"}
-    return {}
-
-
-def resolve_image(client: docker.DockerClient, ref: str, targets: list[str]) -> tuple[str, Image]:
-    """IMAGE or TARGET (a target name means the local `imagebuild:<target>`); returns (name, image)."""
-    from docker.errors import ImageNotFound
-
-    name = ref
-    if ref in targets or (re.fullmatch(r"[a-z0-9][a-z0-9._-]*", ref) and ":" not in ref and "/" not in ref):
-        candidate = f"{LOCAL_REPO}:{ref}"
-        try:
-            return ref, client.images.get(candidate)
-        except ImageNotFound:
-            if ref in targets:
-                raise ConfigError(
-                    f"target {ref} has no local image {candidate}", hint=f"imagebuild build {ref}"
-                ) from None
-    try:
-        return re.sub(r"[^A-Za-z0-9._-]+", "_", name), client.images.get(ref)
-    except ImageNotFound:
-        raise ConfigError(f"no local image '{ref}'", hint="build it or pull it first") from None
 
 
 @dataclass
@@ -87,6 +43,7 @@ def run_smoke(
     report_path: Path,
     junit_path: Path,
     image_ref: str,
+    ref: ImageRef | None = None,
 ) -> SmokeOutcome:
     """Run the suite in a throwaway container; write report (with image_id), JUnit and the container log."""
     from docker.errors import APIError
@@ -135,6 +92,8 @@ def run_smoke(
             raise SmokeFailed(f"the smoke report is not JSON: {exc}", hint=f"log: {log_path}") from None
         report["image_id"] = image_id
         report["image_ref"] = image_ref
+        if ref is not None:  # the reference publish reads back: the build's record, with the ID that ran
+            report["image"] = replace(ref, image_id=image_id).as_dict()
         report["gpu"] = gpu
         report["exit_code"] = exit_code
         atomic_write(report_path, json.dumps(report, indent=2) + "\n")

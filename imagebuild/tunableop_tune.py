@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from imagebuild import smoke as smoke_runner
+from imagebuild import engine
 from imagebuild import tunableop as top
 from imagebuild.errors import BuildFailed, CheckFailed, ConfigError
 
@@ -94,7 +94,7 @@ def _run_probe(c: docker.DockerClient, image: str, gpu: str) -> dict[str, Any] |
             remove=True,
             stdout=True,
             stderr=False,
-            **smoke_runner.device_options(gpu),
+            **engine.device_options(gpu),
         )
     except (docker.errors.ContainerError, docker.errors.APIError):
         return None
@@ -137,7 +137,7 @@ def _from_versions(kind: str, torch_version: str | None, source: str, notes: lis
 def image_validators(c: docker.DockerClient, image: str, gpu: str = "auto") -> top.Expected:
     """The validators an image's torch requires: asked of torch (GPU), else derived, else the manifest."""
     _require_image(c, image)
-    gpu = smoke_runner.detect_gpu() if gpu == "auto" else gpu
+    gpu = engine.detect_gpu() if gpu == "auto" else gpu
     probe = _probe_torch(c, image, gpu)
     if probe and probe.get("validators"):
         return top.Expected(
@@ -265,7 +265,7 @@ def run_tuning(
                 str(io_dir): {"bind": "/io", "mode": "rw"},
                 str(SCRIPTS_DIR): {"bind": "/opt/imagebuild-tune", "mode": "ro"},
             },
-            **smoke_runner.device_options(gpu),
+            **engine.device_options(gpu),
         )
     except docker.errors.ContainerError as exc:
         tail = (exc.stderr or b"").decode("utf-8", "replace").strip().splitlines()[-1:]
@@ -290,7 +290,7 @@ def tune(
 ) -> TuneOutcome:
     """Tune the GEMMs inside the image on this host's GPU; write the results for that image and arch."""
     _require_image(c, image)
-    gpu = smoke_runner.detect_gpu() if gpu == "auto" else gpu
+    gpu = engine.detect_gpu() if gpu == "auto" else gpu
     if gpu == "none":
         raise ConfigError("tune needs a GPU host (no /dev/kfd or NVIDIA device here)", hint="run it on a GPU host")
     # The container writes as root; on a host run by a user the leftovers may not be removable.

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from imagebuild import arches, render
+from imagebuild import manifest as manifest_mod
 from imagebuild.errors import ConfigError
 from imagebuild.matrix import load_matrix, load_text
 
@@ -163,10 +164,10 @@ def test_cuda_flash_promise_needs_rotary_and_layer_norm(tmp_path: Path) -> None:
         changed = load_text(text, tmp_path / "matrix.yaml")
         target = changed.target("cuda12.1-torch2.3")
         assert dropped not in dict(target.components)
-        promises = render.tgi_attention_promises(target, target.resolve(env={}))
+        promises = manifest_mod.tgi_attention_promises(target, target.resolve(env={}))
         assert promises and all(not p["flash"] and p["paged"] for p in promises.values()), dropped
     full = load_matrix(REPO / "matrix.yaml").target("cuda12.1-torch2.3")
-    assert all(p["flash"] for p in render.tgi_attention_promises(full, full.resolve(env={})).values())
+    assert all(p["flash"] for p in manifest_mod.tgi_attention_promises(full, full.resolve(env={})).values())
 
 
 def test_torch_source_build_pins_the_fork_commit_and_applies_no_unpinned_patch(matrix) -> None:

@@ -16,7 +16,7 @@ from types import ModuleType
 
 import pytest
 
-from imagebuild import render
+from imagebuild import manifest as manifest_mod
 from imagebuild.errors import ConfigError
 from imagebuild.matrix import TgiRuntime, load_matrix, load_text
 
@@ -164,11 +164,11 @@ def test_manifest_runtime_section_carries_what_the_smoke_check_needs(target: str
 
 def test_attention_promises_follow_the_components_built_for_each_arch(matrix) -> None:
     target = matrix.target("rocm6.1-torch2.3")
-    default = render.tgi_attention_promises(target, target.resolve(env={}))
+    default = manifest_mod.tgi_attention_promises(target, target.resolve(env={}))
     assert default == {"gfx90a": {"flash": True, "paged": True}, "gfx942": {"flash": True, "paged": True}}
     # gfx908: CK flash-attention (optional) is left out, vLLM's fork is experimental there: nothing promised
     mixed = target.resolve("gfx908;gfx942", env={}, allow_experimental=True)
-    promises = render.tgi_attention_promises(target, mixed)
+    promises = manifest_mod.tgi_attention_promises(target, mixed)
     assert promises["gfx942"] == {"flash": False, "paged": True}  # flash needs CK, left out for the whole build
     assert promises["gfx908"]["flash"] is False
 

@@ -7,7 +7,7 @@ import os
 import click
 
 from imagebuild.commands.common import echo_json, matrix_from
-from imagebuild.render import _context
+from imagebuild.plan import resolve_plan
 
 
 @click.command(name="arches")
@@ -23,27 +23,22 @@ def command(
     matrix = matrix_from(ctx)
     results = []
     for target in matrix.select(targets):
-        resolution = target.resolve(arch_arg, dict(os.environ), allow_experimental)
-        data = resolution.as_dict()
-        context = _context(target, resolution, "", "")
-        torch_stage = "torch-build" if target.torch_build.obtain == "source" else "torch"
-        stages = {torch_stage: dict(context["torch"]["arch_env"])}
-        for component in context["components"]:
-            stages[component["stage"]] = dict(component["arch_env"])  # only what that build reads
-        if target.runtime and target.runtime.kind == "tgi":
-            stages["runtime-server"] = dict(resolution.env)
-        stages["final"] = dict(resolution.env)
-        data["stages"] = stages
+        plan = resolve_plan(matrix, target, arch_arg, os.environ, allow_experimental)
+        data = plan.resolution.as_dict()
+        data["source"] = plan.source
+        data["stages"] = {stage.name: dict(stage.arch_env) for stage in plan.stages}  # every stage, as rendered
+        data["dockerfile"] = f"{plan.out_dir}/Dockerfile"
         results.append(data)
     if as_json:
         echo_json(results if len(results) != 1 else results[0])
         return
     for data in results:
         click.echo(f"{data['target']}: {';'.join(data['arches']) or '(no GPU)'}  [from {data['source']}]")
-        for name, plan in data["components"].items():
-            state = "included" if plan["included"] else f"LEFT OUT: {plan['reason']}"
-            experimental = f" (experimental: {', '.join(plan['experimental'])})" if plan["experimental"] else ""
+        for name, comp in data["components"].items():
+            state = "included" if comp["included"] else f"LEFT OUT: {comp['reason']}"
+            experimental = f" (experimental: {', '.join(comp['experimental'])})" if comp["experimental"] else ""
             click.echo(f"  {name:<22} {state}{experimental}")
         for stage, env in data["stages"].items():
             shown = " ".join(f"{k}={v}" for k, v in env.items()) or "-"
             click.echo(f"  stage {stage:<28} {shown}")
+        click.echo(f"  rendered as {data['dockerfile']}")

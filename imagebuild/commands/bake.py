@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
 
-from imagebuild.bake import write_bake
+from imagebuild.bake import bake_file, write_bake
 from imagebuild.build import prepare
 from imagebuild.buildplan import PlanOptions, plan
+from imagebuild.commands.common import echo_plans
 
 
 @click.command("bake")
@@ -21,6 +23,7 @@ from imagebuild.buildplan import PlanOptions, plan
 @click.option("--cache-from", multiple=True)
 @click.option("--cache-to", multiple=True)
 @click.option("--tag", "tags", multiple=True, help="Extra tag; may contain {target}.")
+@click.option("--dry-run", is_flag=True, help="Print each target's plan and the bake file; write nothing.")
 @click.pass_obj
 def command(
     obj: dict[str, object],
@@ -31,6 +34,7 @@ def command(
     cache_from: tuple[str, ...],
     cache_to: tuple[str, ...],
     tags: tuple[str, ...],
+    dry_run: bool,
 ) -> None:
     """Write docker-bake.json (and the context it needs: non-default renders, staged wheels)."""
     from imagebuild.matrix import load_matrix
@@ -38,8 +42,13 @@ def command(
     matrix = load_matrix(Path(str(obj["matrix_path"])))
     root = matrix.path.resolve().parent
     specs = plan(matrix, targets, PlanOptions(arch, allow_experimental, tags, cache_from, cache_to))
+    out = out_path or root / "build" / "docker-bake.json"
+    if dry_run:
+        echo_plans(spec.plan for spec in specs if spec.plan is not None)
+        click.echo(f"would write {out}:")
+        click.echo(json.dumps(bake_file(specs, root), indent=2))
+        return
     for spec in specs:
         prepare(spec)
-    out = out_path or root / "build" / "docker-bake.json"
     write_bake(specs, root, out)
     click.echo(f"bake file: {out} ({len(specs)} target(s)); run: docker buildx bake -f {out}")

@@ -24,7 +24,9 @@ from imagebuild.build import (
     command as build_argv,
 )
 from imagebuild.buildplan import PlanOptions, plan
+from imagebuild.commands.common import echo_plans
 from imagebuild.engine import Engine, find_engine
+from imagebuild.sbom_image import add_sboms
 
 
 def _shell(argv: list[str], engine: Engine) -> str:
@@ -142,6 +144,7 @@ def command(  # noqa: PLR0913
         for spec in specs:
             spec.secrets = dict(secret_set.files)
         if dry_run:
+            echo_plans(spec.plan for spec in specs if spec.plan is not None)
             for spec in specs:
                 if spec.render_dir is not None:
                     click.echo(f"# render {spec.target} into {spec.render_dir}")
@@ -157,7 +160,8 @@ def command(  # noqa: PLR0913
         click.echo(f"building {len(specs)} target(s) with {engine.describe()}", err=True)
         with progress:
             results = run_builds(specs, engine, secret_set, jobs, progress.line, progress.done)
-        write_report(report, engine, results)
+        add_sboms(engine, results, matrix.path, report)  # the SBOM layer: /opt/imagebuild/sbom.json (issue 16)
+        write_report(report, engine, results, matrix.path.resolve().parent)
         click.echo(f"build report: {report}")
         raise_on_failure(results, report)
     finally:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from imagebuild.matrix import Matrix, load_matrix
+
+if TYPE_CHECKING:
+    from imagebuild.plan import TargetPlan
 
 
 def matrix_from(ctx: click.Context) -> Matrix:
@@ -25,3 +29,10 @@ def warn(message: str) -> None:
 
 def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+def echo_plans(plans: Iterable[TargetPlan]) -> None:
+    """`--dry-run`: every command prints its target plans the same way, then what it would do with them."""
+    for plan in plans:
+        for line in plan.describe():
+            click.echo(line)

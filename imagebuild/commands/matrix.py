@@ -7,26 +7,13 @@ import json
 import click
 
 from imagebuild.commands.common import echo_json, matrix_from
-from imagebuild.matrix import Target, json_schema
+from imagebuild.matrix import Matrix, Target, json_schema
+from imagebuild.plan import plan_for
 
 
-def target_summary(target: Target) -> dict[str, object]:
-    resolution = target.resolve(env={})
-    return {
-        "name": target.name,
-        "platform": target.platform_name,
-        "kind": target.platform.kind,
-        "platform_version": target.platform.version,
-        "torch": target.torch.version,
-        "torch_obtained": target.torch_build.obtain,
-        "arches": [t.id for t in resolution.arches],
-        "arch_list": resolution.arch_list,
-        "platform_arches": list(target.platform.arches),
-        "components": [name for name, _ in target.components],
-        "not_for_this_platform": list(target.skipped_components),
-        "runtime": target.runtime_name,
-        "dockerfile": f"dockerfiles/{target.name}/Dockerfile",
-    }
+def target_summary(matrix: Matrix, target: Target) -> dict[str, object]:
+    """One target's line: read off its default plan (the CI matrix is computed from it)."""
+    return plan_for(matrix, target).summary()
 
 
 @click.group(name="matrix")
@@ -40,7 +27,7 @@ def command() -> None:
 def list_targets(ctx: click.Context, as_json: bool) -> None:
     """Expanded targets: name, platform, versions, arches, components."""
     matrix = matrix_from(ctx)
-    summaries = [target_summary(t) for t in matrix.targets]
+    summaries = [target_summary(matrix, t) for t in matrix.targets]
     if as_json:
         echo_json(summaries)
         return

@@ -8,8 +8,16 @@ from pathlib import Path
 
 import click
 
+from imagebuild.commands import publish_signing as signing
 from imagebuild.errors import ConfigError, ImagebuildError, PublishFailed
-from imagebuild.publish import PublishResult, find_passing_report, promote, public_tags, publish_image
+from imagebuild.publish import (
+    PublishResult,
+    find_passing_report,
+    promote,
+    public_tags,
+    publish_image,
+    staged_ref,
+)
 from imagebuild.registry import Registry, RepoRef
 
 
@@ -67,6 +75,7 @@ def _gate(result: PublishResult, image_id: str, found: tuple[list[Path], bool], 
 @click.option("--out", "out_path", type=click.Path(path_type=Path, dir_okay=False), help="The publish report.")
 @click.option("--tag", "tags", multiple=True, help="Public tag (default: the image's imagebuild tags).")
 @click.option("--promote", is_flag=True, help="IMAGE is a staged HOST/REPO@sha256:...: copy it, do not push.")
+@signing.signing_options
 @click.pass_obj
 def command(
     obj: dict[str, object],
@@ -85,19 +94,20 @@ def command(
     matrix_path = Path(str(obj["matrix_path"]))
     root = matrix_path.resolve().parent if matrix_path.exists() else Path.cwd()
     reports = _smoke_reports(root, smoke_reports)
+    signing.check_options()  # signing usage errors, and the key password read, before anything is pushed
     if promote:
         _promote(image, dest, tags, reports, allow_unsmoked, out_path, root)
         return
-    from imagebuild.engine import docker_client
-    from imagebuild.smoke import resolve_image
+    from imagebuild.engine import docker_client, resolve_image
 
     client = docker_client()
-    name, found = resolve_image(client, image, target_names(matrix_path))
-    result = PublishResult(image=image, image_id=found.id, repository=str(dest))
+    name, found, ref = resolve_image(client, image, target_names(matrix_path), root)
+    result = PublishResult(image=image, image_id=ref.image_id, repository=str(dest), ref=ref)
     out_path = out_path or root / "build" / "publish" / name / "publish-report.json"
     with _recorded(result, out_path):
-        _gate(result, found.id, reports, allow_unsmoked)
-        publish_image(client, found, image, dest, result, list(tags) or public_tags(found, image), _log)
+        _gate(result, ref.image_id, reports, allow_unsmoked)
+        publish_image(client, found, image, dest, result, list(tags) or public_tags(ref, image), _log)
+        signing.after_publish(client, result, reports[0], out_path)
 
 
 def _promote(
@@ -116,18 +126,19 @@ def _promote(
     if not sep:
         raise ConfigError(f"--promote takes HOST/REPO@sha256:..., not '{source}'")
     src = _repo(name)
-    image_id, config = with_retries(f"reading {source}", lambda: Registry(src).config(src.repo, reference))
-    labels = (config.get("config") or {}).get("Labels") or {}  # type: ignore[union-attr]
-    wanted = list(tags) or ([labels["io.imagebuild.target"]] if "io.imagebuild.target" in labels else [])
+    ref = with_retries(f"reading {source}", lambda: staged_ref(Registry(src), src, reference))
+    wanted = list(tags) or ([ref.target] if ref.target else [])
     if not wanted:
         raise ConfigError(f"{source} has no io.imagebuild.target label", hint="pass --tag")
-    result = PublishResult(image=source, image_id=image_id, repository=str(dest))
+    result = PublishResult(image=source, image_id=ref.image_id, repository=str(dest), ref=ref)
     out_path = out_path or root / "build" / "publish" / wanted[0] / "publish-report.json"
     with _recorded(result, out_path):
-        _gate(result, image_id, reports, allow_unsmoked)
+        signing.before_promote(source)
+        _gate(result, ref.image_id, reports, allow_unsmoked)
         result.digest, result.refs = promote(source, dest, wanted, _log)
         result.staging_ref = source
         result.digest_ref = f"{dest}@{result.digest}"
+        signing.after_promote(source, result, reports[0], out_path)
 
 
 @contextmanager

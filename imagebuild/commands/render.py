@@ -1,4 +1,8 @@
-"""`imagebuild render`: Dockerfiles and manifests from the matrix; `--check` fails on drift."""
+"""`imagebuild render`: Dockerfiles and manifests from the matrix; `--check` fails on drift.
+
+Each target's files are those of its TargetPlan: the matrix default goes to the committed dockerfiles/<target>/,
+any other arch resolution to build/render/<target>/ (or --out), never over the committed files.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +12,10 @@ from pathlib import Path
 import click
 
 from imagebuild import render
-from imagebuild.commands.common import matrix_from, warn
+from imagebuild.commands.common import echo_plans, matrix_from, warn
 from imagebuild.errors import ConfigError
+from imagebuild.matrix import Matrix, Target
+from imagebuild.plan import TargetPlan, plan_for
 
 
 @click.command(name="render")
@@ -18,11 +24,12 @@ from imagebuild.errors import ConfigError
     "--out",
     "out_dir",
     type=click.Path(path_type=Path, file_okay=False),
-    help="Output directory (default: dockerfiles/ next to the matrix).",
+    help="Output directory (default: dockerfiles/ for the matrix default, build/render/ for another --arch).",
 )
 @click.option("--check", is_flag=True, help="Render in memory; exit 1 naming each file that differs.")
 @click.option("--arch", "arch_arg", help="Render for this arch list instead of the matrix default.")
 @click.option("--allow-experimental", is_flag=True, help="Accept experimental arches (with --arch).")
+@click.option("--dry-run", is_flag=True, help="Print each target's plan and where its files go; write nothing.")
 @click.pass_context
 def command(
     ctx: click.Context,
@@ -31,6 +38,7 @@ def command(
     check: bool,
     arch_arg: str | None,
     allow_experimental: bool,
+    dry_run: bool,
 ) -> None:
     """Render dockerfiles/<target>/Dockerfile and manifest.json for each target (all by default)."""
     matrix = matrix_from(ctx)
@@ -43,33 +51,48 @@ def command(
         )
     for item in unpinned:
         warn(f"unpinned: {item}")
-    out_dir = out_dir or render.default_out_dir(matrix)
-    if check:
-        render.check(matrix, selected, out_dir, all_targets=not targets)
-        click.echo(f"{len(selected)} target(s) up to date in {out_dir}")
+    plans = [_plan(matrix, target, arch_arg, allow_experimental, out_dir) for target in selected]
+    if dry_run:
+        echo_plans(plans)
+        for plan in plans:
+            click.echo(f"would write {_dest(plan, out_dir)}")
         return
-    if arch_arg:
-        rendered = [
-            render.render_target(
-                matrix,
-                t,
-                t.resolve(arch_arg, dict(os.environ), allow_experimental),
-                manifest_path=f"{_relative(out_dir, matrix)}/{t.name}/manifest.json",
+    if check:
+        if arch_arg is None:  # the committed files: also report directories of targets no longer in the matrix
+            render.check(matrix, selected, out_dir or render.default_out_dir(matrix), all_targets=not targets)
+        else:
+            render.raise_on_drift(
+                [line for p in plans for line in render.differences(render.render_plan(p).files, _dest(p, out_dir))]
             )
-            for t in selected
-        ]
-    else:
-        rendered = render.render_all(matrix, selected)
-    for item in rendered:
-        changed = render.write_rendered(item, out_dir / item.target)
-        state = "written" if changed else "unchanged"
-        click.echo(f"{item.target}: {state} {out_dir / item.target}")
+        click.echo(f"{len(selected)} target(s) up to date")
+        return
+    rendered = [(plan, render.render_plan(plan)) for plan in plans]  # all in memory before any file is written
+    for plan, item in rendered:
+        dest = _dest(plan, out_dir)
+        changed = render.write_rendered(item, dest)
+        click.echo(f"{item.target}: {'written' if changed else 'unchanged'} {dest}")
         for note in item.notes:
             warn(f"{item.target}: {note}")
 
 
-def _relative(out_dir: Path, matrix: object) -> str:
-    root = render.repo_root(matrix)  # type: ignore[arg-type]
+def _plan(
+    matrix: Matrix, target: Target, arch_arg: str | None, allow_experimental: bool, out_dir: Path | None
+) -> TargetPlan:
+    """The default plan without --arch; with it, the plan of that resolution (its files never the committed ones)."""
+    if arch_arg is None:
+        return plan_for(matrix, target)
+    resolution = target.resolve(arch_arg, dict(os.environ), allow_experimental)
+    where = f"{_relative(out_dir, matrix)}/{target.name}" if out_dir is not None else None
+    return plan_for(matrix, target, resolution, out_dir=where)
+
+
+def _dest(plan: TargetPlan, out_dir: Path | None) -> Path:
+    return out_dir / plan.name if out_dir is not None else plan.root / plan.out_dir
+
+
+def _relative(out_dir: Path, matrix: Matrix) -> str:
+    """--out with --arch: the Dockerfile COPYs its manifest from there, so it must be inside the build context."""
+    root = render.repo_root(matrix)
     try:
         return str(out_dir.resolve().relative_to(root))
     except ValueError:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from imagebuild.engine import docker_client
-from imagebuild.smoke import GPU_KINDS, judge, resolve_image, run_smoke
+from imagebuild.engine import GPU_KINDS, docker_client, resolve_image
+from imagebuild.smoke import judge, run_smoke
 
 
 def target_names(matrix_path: Path) -> list[str]:
@@ -30,14 +30,14 @@ def target_names(matrix_path: Path) -> list[str]:
 def command(obj: dict[str, object], image: str, gpu: str, report_path: Path | None, junit_path: Path | None) -> None:
     """Run `python -m smoke` inside IMAGE (or TARGET's local image); exit 4 on a failed check."""
     matrix_path = Path(str(obj["matrix_path"]))
-    client = docker_client()
-    name, found = resolve_image(client, image, target_names(matrix_path))
     root = matrix_path.resolve().parent if matrix_path.exists() else Path.cwd()
+    client = docker_client()
+    name, found, ref = resolve_image(client, image, target_names(matrix_path), root)
     default_dir = root / "build" / "smoke" / name
     report_path = report_path or default_dir / "report.json"
     junit_path = junit_path or report_path.with_name("junit.xml")
     click.echo(f"smoke {image} ({found.id[:19]}) gpu={gpu}", err=True)
-    outcome = run_smoke(client, found, gpu, report_path, junit_path, image)
+    outcome = run_smoke(client, found, gpu, report_path, junit_path, image, ref)
     lines, failure = judge(outcome)
     for line in lines:
         click.echo(line)

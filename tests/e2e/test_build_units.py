@@ -9,10 +9,11 @@ import pytest
 
 from imagebuild.bake import bake_file
 from imagebuild.build import BuildSpec, GitInfo, LogSummary, collect_secrets, command
-from imagebuild.buildplan import PlanOptions, labels_for, plan, select_targets
+from imagebuild.buildplan import PlanOptions, plan, select_targets
 from imagebuild.engine import Engine
 from imagebuild.errors import ConfigError
 from imagebuild.matrix import load_matrix
+from imagebuild.plan import plan_for
 from imagebuild.publish import find_passing_report
 from imagebuild.registry import RepoRef
 
@@ -93,7 +94,9 @@ def test_secret_values_become_files_and_are_scrubbed(tmp_path: Path) -> None:
 
 def test_labels_summarise_the_manifest() -> None:
     manifest = json.loads((REPO / "dockerfiles/rocm6.1-torch2.3/manifest.json").read_text())
-    labels = labels_for(manifest, "abc", GitInfo("deadbeef", "deadbee", "2026-01-01T00:00:00+00:00"))
+    matrix = load_matrix(REPO / "matrix.yaml")
+    target_plan = plan_for(matrix, matrix.target("rocm6.1-torch2.3"))
+    labels = target_plan.all_labels(GitInfo("deadbeef", "deadbee", "2026-01-01T00:00:00+00:00"), "abc")
     assert labels["io.imagebuild.target"] == "rocm6.1-torch2.3"
     assert labels["io.imagebuild.arches"] == ";".join(manifest["gpu_arches"])
     # The fork at a pinned commit carries PR 124362's TunableOp fix: no patch is applied, the label names the source.
@@ -110,12 +113,13 @@ def test_arch_selects_targets_whose_platform_has_it_and_renders_for_it_alone() -
     assert [t.name for t in select_targets(matrix, [], "gfx942")] == ["rocm6.1-torch2.3"]
     assert [t.name for t in select_targets(matrix, [], "sm_90")] == ["cuda12.1-torch2.3"]
     (only,) = plan(matrix, [], PlanOptions(arch="gfx942"), env={})
-    assert only.build_args["PYTORCH_ROCM_ARCH"] == "gfx942"
+    assert only.plan is not None and only.plan.stage("final").arch_env["PYTORCH_ROCM_ARCH"] == "gfx942"
+    assert 'PYTORCH_ROCM_ARCH="gfx942"' in only.rendered_files["Dockerfile"]
     assert only.render_dir == REPO / "build/render/rocm6.1-torch2.3"
     assert "build/render/rocm6.1-torch2.3/manifest.json" in only.rendered_files["Dockerfile"]
     (default,) = plan(matrix, ["rocm6.1-torch2.3"], PlanOptions(), env={})
     assert default.render_dir is None and default.dockerfile == REPO / "dockerfiles/rocm6.1-torch2.3/Dockerfile"
-    assert "gfx90a" in default.build_args["PYTORCH_ROCM_ARCH"]
+    assert default.plan is not None and "gfx90a" in default.plan.stage("final").arch_env["PYTORCH_ROCM_ARCH"]
 
 
 def test_bake_file_matches_the_build_plan_and_holds_no_secret_values() -> None:
@@ -149,7 +153,7 @@ def test_publish_gate_needs_a_passing_report_for_that_exact_id(tmp_path: Path) -
 
 
 def test_device_flags_per_gpu_kind() -> None:
-    from imagebuild.smoke import device_options
+    from imagebuild.engine import device_options
 
     rocm = device_options("rocm")
     assert rocm["devices"] == ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]

@@ -1,0 +1,124 @@
+"""The image manifest (docs/contracts.md): what an image claims about itself, built from a target and its
+arch resolution. The target plan holds it; render writes it next to the Dockerfile; the smoke suite reads it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from imagebuild.arches import Resolution
+from imagebuild.matrix import Source, Target, TgiRuntime
+
+MANIFEST_SCHEMA_VERSION = 1
+
+
+def _source(source: Source) -> dict[str, Any]:
+    return source.model_dump()
+
+
+def manifest(target: Target, resolution: Resolution) -> dict[str, Any]:
+    """The image manifest (docs/contracts.md): what the image claims, for the smoke suite and for users."""
+    platform, build = target.platform, target.torch_build
+    processors = {t.processor: t.id for t in resolution.arches}
+    if platform.kind == "cpu":
+        attention = {"cpu": list(build.attention.get("cpu", ["math"]))}
+    else:
+        attention = {}
+        for arch, backends in build.attention.items():
+            processor = arch.split(":")[0]
+            if processor in processors:
+                attention[processors[processor]] = list(backends)
+    components = {name: plan.as_dict() for name, plan in resolution.components.items() if name != "pytorch"}
+    for name in target.skipped_components:
+        components[name] = {
+            "included": False,
+            "arches": [],
+            "experimental": [],
+            "reason": f"not built for the {platform.kind} platform",
+            "arch_vars": {},
+            "fixed_arches": [],
+        }
+    tunable = target.tunableop
+    return {
+        "schema_version": MANIFEST_SCHEMA_VERSION,
+        "target": target.name,
+        "platform": {
+            "name": target.platform_name,
+            "kind": platform.kind,
+            "version": platform.version,
+            "base_image": platform.base_image,
+            "base_digest": platform.base_digest,
+        },
+        "torch": {
+            "version": target.torch.reported_version(platform.kind),
+            "obtained": build.obtain,
+            "source": _source(build.source) if build.source else None,
+            "patches": [p.model_dump() for p in build.patches],
+            "companions": [c.model_dump() for c in build.companions],
+            "arch_vars": dict(resolution.components["pytorch"].env) if "pytorch" in resolution.components else {},
+        },
+        "gpu_arches": [t.id for t in resolution.arches],
+        "arch_source": resolution.source,
+        "experimental_arches": [t.id for t in resolution.experimental],
+        "arch_env": dict(resolution.env),
+        "components": components,
+        "attention_backends": attention,
+        "runtime": _runtime_manifest(target, resolution),
+        "tunableop": {
+            "enabled": tunable.enabled,
+            "tuning": tunable.tuning,
+            "filename": f"{tunable.results_dir}/{tunable.filename}",
+        },
+        "versions": {
+            "torch": target.torch.reported_version(platform.kind),
+            "rocm": platform.version if platform.kind == "rocm" else None,
+            "cuda": platform.version if platform.kind == "cuda" else None,
+            "python": platform.python_version,
+        },
+    }
+
+
+def _runtime_manifest(target: Target, resolution: Resolution) -> dict[str, Any] | None:
+    """The manifest's `runtime` section (docs/contracts.md): what the smoke suite starts and how it talks to it."""
+    runtime = target.runtime
+    if runtime is None:
+        return None
+    section: dict[str, Any] = {
+        "name": target.runtime_name,
+        "kind": runtime.kind,
+        "entrypoint": runtime.entrypoint,
+        "serve": [runtime.entrypoint, *runtime.serve],
+        "health": runtime.health,
+        "api": runtime.api,
+        "serve_env": dict(runtime.serve_env),
+        "startup_timeout_s": runtime.startup_timeout_s,
+    }
+    if isinstance(runtime, TgiRuntime):
+        section["source"] = _source(runtime.source)
+        section["attention"] = tgi_attention_promises(target, resolution)
+    else:
+        section["requirements"] = runtime.requirements
+        section["attention"] = {}  # a pip runtime makes no flash / paged promises
+    return section
+
+
+def tgi_attention_promises(target: Target, resolution: Resolution) -> dict[str, dict[str, bool]]:
+    """Per arch, whether TGI's flash / paged attention must be enabled: every component it imports is built for it."""
+    runtime = target.runtime
+    if not isinstance(runtime, TgiRuntime) or target.platform.kind == "cpu":
+        return {}
+    kind = target.platform.kind
+
+    def built_for(names: list[str] | None, arch: str) -> bool:
+        if not names:  # the matrix names no provider for this platform kind: nothing is promised
+            return False
+        plans = [resolution.components.get(name) for name in names]
+        return all(plan is not None and plan.included and arch in [t.id for t in plan.arches] for plan in plans)
+
+    return {
+        t.id: {
+            "flash": built_for(runtime.attention.flash.get(kind), t.id),
+            "paged": built_for(runtime.attention.paged.get(kind), t.id),
+        }
+        for t in resolution.arches
+    }

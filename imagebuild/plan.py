@@ -1,0 +1,273 @@
+"""The TargetPlan: every fact one (target, arch resolution) builds into, computed once.
+
+`render`, `build`, `bake`, `arches` and `matrix list` read a plan; none of them re-derives a stage, a variable,
+a label, a path or a tag. A plan for a non-default arch resolution lives under build/render/, so it never touches
+the committed dockerfiles/<target>/ files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from imagebuild.errors import ConfigError
+from imagebuild.imageref import LOCAL_REPO
+from imagebuild.manifest import manifest as build_manifest
+from imagebuild.matrix import TgiRuntime
+
+if TYPE_CHECKING:
+    from imagebuild.arches import Resolution
+    from imagebuild.build import GitInfo
+    from imagebuild.matrix import Matrix, Target
+
+COMMITTED_DIR = "dockerfiles"
+RENDER_DIR = "build/render"
+DEFAULT_SOURCES = ("matrix default", "cpu platform")
+# The GPU kind `imagebuild smoke --gpu` takes for each platform kind (the device flags a smoke job needs).
+SMOKE_GPU = {"rocm": "rocm", "cuda": "cuda", "cpu": "none"}
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One Dockerfile stage: its name, the stage or image it starts FROM, and the arch variables it sets."""
+
+    name: str
+    parent: str
+    arch_env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TargetPlan:
+    """One target under one arch resolution: stages, variables, manifest, labels, paths; tags and build labels
+    once the git revision is known."""
+
+    target: Target
+    resolution: Resolution  # what the files are rendered from (the matrix default's when they build the same)
+    source: str  # where the arch list came from: --arch, an environment variable, the matrix
+    default: bool  # builds what the matrix default builds: its files are the committed ones
+    root: Path  # the repository (build context) the paths are relative to
+    out_dir: str  # where its Dockerfile and manifest.json live, relative to root
+    stages: tuple[Stage, ...]
+    manifest: dict[str, Any]
+    labels: dict[str, str]  # static labels, written as the Dockerfile's LABEL (never busting the cache)
+    render_command: str  # the command named in the do-not-edit header
+
+    @property
+    def name(self) -> str:
+        return self.target.name
+
+    @property
+    def dockerfile(self) -> Path:
+        return self.root / self.out_dir / "Dockerfile"
+
+    @property
+    def manifest_path(self) -> str:
+        """Where the Dockerfile COPYs the manifest from, relative to the build context."""
+        return f"{self.out_dir}/manifest.json"
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "build" / "logs" / f"{self.name}.log"
+
+    def stage(self, name: str) -> Stage:
+        for stage in self.stages:
+            if stage.name == name:
+                return stage
+        raise KeyError(name)
+
+    def build_labels(self, git: GitInfo, matrix_sha: str) -> dict[str, str]:
+        """The labels only a build knows (revision, commit time, matrix checksum): passed with --label."""
+        return {
+            "org.opencontainers.image.revision": git.revision,
+            "org.opencontainers.image.created": git.created,
+            "io.imagebuild.matrix-sha256": matrix_sha,
+        }
+
+    def all_labels(self, git: GitInfo, matrix_sha: str) -> dict[str, str]:
+        """Every label the built image carries (the Dockerfile's and the build's)."""
+        return {**self.labels, **self.build_labels(git, matrix_sha)}
+
+    def tags(self, git: GitInfo, extra: Sequence[str] = ()) -> list[str]:
+        """`imagebuild:<target>`, `imagebuild:<target>-<short sha>`, then --tag values ({target} filled in)."""
+        tags = [f"{LOCAL_REPO}:{self.name}", f"{LOCAL_REPO}:{self.name}-{git.short}"]
+        for tag in extra:
+            tag = tag.replace("{target}", self.name)
+            tags.append(tag if ":" in tag.rsplit("/", 1)[-1] else f"{LOCAL_REPO}:{tag}")
+        return tags
+
+    def build_args(self, dockerfile_text: str) -> dict[str, str]:
+        """Arch variables the Dockerfile declares as ARG (stages set them with ENV, so today none)."""
+        declared = set(re.findall(r"^ARG\s+([A-Za-z_][A-Za-z0-9_]*)", dockerfile_text, flags=re.M))
+        return {k: v for k, v in self.resolution.env.items() if k in declared}
+
+    def smoke_jobs(self) -> list[dict[str, str]]:
+        """One smoke job per GPU processor the image is built for (`cpu` for a CPU target), with its GPU kind."""
+        gpu = SMOKE_GPU[self.target.platform.kind]
+        processors: list[str] = []
+        for arch in self.resolution.arches:
+            if arch.processor not in processors:
+                processors.append(arch.processor)
+        return [{"arch": arch, "gpu": gpu} for arch in processors or ["cpu"]]
+
+    def summary(self) -> dict[str, object]:
+        """`matrix list --json`: what CI builds and where it smokes it."""
+        target = self.target
+        return {
+            "name": target.name,
+            "platform": target.platform_name,
+            "kind": target.platform.kind,
+            "platform_version": target.platform.version,
+            "torch": target.torch.version,
+            "torch_obtained": target.torch_build.obtain,
+            "arches": [t.id for t in self.resolution.arches],
+            "arch_list": self.resolution.arch_list,
+            "platform_arches": list(target.platform.arches),
+            "components": [name for name, _ in target.components],
+            "not_for_this_platform": list(target.skipped_components),
+            "runtime": target.runtime_name,
+            "dockerfile": f"{self.out_dir}/Dockerfile",
+            "stages": [stage.name for stage in self.stages],
+            "smoke": self.smoke_jobs(),
+        }
+
+    def describe(self) -> list[str]:
+        """The plan as `--dry-run` prints it, the same for every command."""
+        res = self.resolution
+        lines = [
+            f"plan {self.name}: arches {res.arch_list or 'none (CPU)'} [from {self.source}]"
+            + ("" if self.default else " (not the matrix default)"),
+            f"  files   {self.out_dir}/Dockerfile, {self.manifest_path}",
+        ]
+        for name, comp in res.components.items():
+            if not comp.included:
+                lines.append(f"  leaves out {name}: {comp.reason}")
+        for stage in self.stages:
+            shown = " ".join(f"{k}={v}" for k, v in stage.arch_env.items()) or "-"
+            lines.append(f"  stage   {stage.name:<28} FROM {stage.parent:<10} {shown}")
+        return lines
+
+
+def image_ref(image: str, digest: str | None) -> str:
+    return f"{image}@{digest}" if digest else image
+
+
+def _stages(target: Target, resolution: Resolution) -> tuple[Stage, ...]:
+    """The stages the Dockerfile has, in order, each with the arch variables it sets (and only those)."""
+    platform, runtime = target.platform, target.runtime
+    stages = [Stage("base", image_ref(platform.base_image, platform.base_digest))]
+    torch_env = dict(resolution.components["pytorch"].env) if "pytorch" in resolution.components else {}
+    if target.torch_build.obtain == "source":
+        stages.append(Stage("torch-build", "base", torch_env))
+    stages.append(Stage("torch", "base"))
+    for name, _component in target.components:
+        plan = resolution.components.get(name)
+        if plan is not None and plan.included:
+            stages.append(Stage(f"component-{name}", "torch", dict(plan.env)))
+    if isinstance(runtime, TgiRuntime):
+        builder = image_ref(runtime.builder_image, runtime.builder_digest)
+        stages += [Stage("runtime-source", builder), Stage("runtime-build", builder)]
+        stages.append(Stage("runtime-server", "torch", dict(resolution.env)))
+    elif runtime is not None:
+        stages.append(Stage("runtime-pip", "torch"))
+    stages.append(Stage("final", "torch", dict(resolution.env)))
+    return tuple(stages)
+
+
+def _json_label(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def static_labels(manifest: Mapping[str, Any]) -> dict[str, str]:
+    """The OCI labels that follow from the manifest (docs/contracts.md), the same in every build of the plan."""
+    torch = manifest["torch"]
+    source = torch.get("source") or {}
+    components = {
+        name: (info["arches"] or ["cpu"]) if info["included"] else "excluded"
+        for name, info in manifest["components"].items()
+    }
+    return {
+        "org.opencontainers.image.title": manifest["target"],
+        "org.opencontainers.image.version": torch["version"],
+        "io.imagebuild.target": manifest["target"],
+        "io.imagebuild.platform": manifest["platform"]["name"],
+        "io.imagebuild.torch": torch["version"],
+        "io.imagebuild.arches": ";".join(manifest["gpu_arches"]) or "none",
+        "io.imagebuild.patches": ",".join(p["name"] for p in torch["patches"]),
+        # Where a source-built torch came from: the fork carries its fixes, so no patch names them.
+        "io.imagebuild.torch-source": (
+            f"{source['git']}@{source.get('commit') or source.get('ref') or 'HEAD'}" if source.get("git") else ""
+        ),
+        "io.imagebuild.components": _json_label(components),
+        "io.imagebuild.versions": _json_label(manifest["versions"]),
+    }
+
+
+def _is_default(target: Target, resolution: Resolution) -> bool:
+    """True when this resolution builds what the matrix default builds (then the committed files serve)."""
+    if resolution.source in DEFAULT_SOURCES:
+        return True
+    default = target.resolve(env={})
+    return [t.id for t in resolution.arches] == [t.id for t in default.arches] and {
+        name: comp.as_dict() for name, comp in resolution.components.items()
+    } == {name: comp.as_dict() for name, comp in default.components.items()}
+
+
+def plan_for(
+    matrix: Matrix,
+    target: Target,
+    resolution: Resolution | None = None,
+    *,
+    out_dir: str | None = None,
+) -> TargetPlan:
+    """The plan of target under resolution (the matrix default when None).
+
+    out_dir (relative to the repository) overrides where the files live; the committed dockerfiles/ directory
+    only ever holds the default resolution.
+    """
+    root = matrix.path.resolve().parent
+    resolution = resolution or target.resolve(env={})
+    source = resolution.source
+    default = _is_default(target, resolution)
+    if default and source not in DEFAULT_SOURCES:  # the same arches asked for by name: the committed files
+        resolution = target.resolve(env={})
+    where = out_dir or (f"{COMMITTED_DIR}/{target.name}" if default else f"{RENDER_DIR}/{target.name}")
+    if not default and Path(where).parts[:1] == (COMMITTED_DIR,):
+        raise ConfigError(
+            f"target {target.name}: arches {resolution.arch_list} are not the matrix default; "
+            f"their files never go to the committed {COMMITTED_DIR}/",
+            hint=f"leave --out out (they go to {RENDER_DIR}/{target.name}) or name another directory",
+        )
+    command = f"imagebuild render {target.name}"
+    if not default:
+        command += f" --arch '{resolution.arch_list}'"
+        if resolution.experimental:
+            command += " --allow-experimental"
+    manifest = build_manifest(target, resolution)
+    return TargetPlan(
+        target=target,
+        resolution=resolution,
+        source=source,
+        default=default,
+        root=root,
+        out_dir=where,
+        stages=_stages(target, resolution),
+        manifest=manifest,
+        labels=static_labels(manifest),
+        render_command=command,
+    )
+
+
+def resolve_plan(
+    matrix: Matrix,
+    target: Target,
+    arch: str | None,
+    env: Mapping[str, str],
+    allow_experimental: bool = False,
+    out_dir: str | None = None,
+) -> TargetPlan:
+    """Resolve arches (--arch > environment > matrix) and plan; the one entry point of every command."""
+    return plan_for(matrix, target, target.resolve(arch, dict(env), allow_experimental), out_dir=out_dir)
