@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "smoke",
     "publish",
     "kernels",
+    "verify",
 ]
 
 
