@@ -65,7 +65,9 @@ def test_unknown_or_invalid_target_is_a_config_error(raw: str, closest: str | No
         ("gfx942;gfx942", ["gfx942"]),
         ("8.0;9.0", ["sm_80", "sm_90"]),
         ("8.0 9.0+PTX", ["sm_80", "sm_90+PTX"]),
-        ("Ampere;Hopper", ["sm_80", "sm_86", "sm_90"]),
+        # torch's expansion (named_arches, torch/utils/cpp_extension.py): the names carry +PTX
+        ("Ampere;Hopper", ["sm_80", "sm_86+PTX", "sm_90+PTX"]),
+        ("Hopper+PTX", ["sm_90+PTX"]),
         ("sm_80,sm_90", ["sm_80", "sm_90"]),
     ],
 )

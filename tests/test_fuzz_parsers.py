@@ -14,9 +14,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from imagebuild import kernel_verify as kv
 from imagebuild.errors import ConfigError
 from imagebuild.matrix import load_text
+from imagecontract import codeobjects as co
+from imagecontract import verify as kv
 from tests.test_kernel_verify import ccob, elf_with, fatbin, offload_bundle
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,17 +66,17 @@ def mutated(draw: st.DrawFn) -> bytes:
         elif action == "append":
             data += draw(st.binary(max_size=64))
         else:  # plant a magic where a parser may go looking for one
-            data[at:at] = draw(st.sampled_from([kv.BUNDLE_MAGIC, kv.CCOB_MAGIC, struct.pack("<I", kv.FATBIN_MAGIC)]))
+            data[at:at] = draw(st.sampled_from([co.BUNDLE_MAGIC, co.CCOB_MAGIC, struct.pack("<I", co.FATBIN_MAGIC)]))
     return bytes(data)
 
 
 def _read(data: bytes) -> None:
     try:
-        listing = kv.list_blob(Path("fuzz.so"), kv.Blob(data, len(data)))
-    except kv.VerifyError as exc:
+        listing = co.list_blob(Path("fuzz.so"), co.Blob(data, len(data)))
+    except co.VerifyError as exc:
         assert str(exc) and len(str(exc)) < 400  # one short line, never the input itself
         return
-    assert isinstance(listing, kv.Listing)
+    assert isinstance(listing, co.Listing)
     kv.compare(listing, kv.parse_arch_list("gfx942;9.0+PTX"))
 
 
@@ -96,7 +97,7 @@ def test_code_object_reader_on_random_bytes(data: bytes) -> None:
 def test_arch_list_parser(text: str) -> None:
     try:
         kv.parse_arch_list(text)
-    except kv.VerifyError:
+    except co.VerifyError:
         pass
 
 

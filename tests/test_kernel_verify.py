@@ -19,8 +19,9 @@ import pytest
 from click.testing import CliRunner
 from elftools.elf.elffile import ELFFile
 
-from imagebuild import kernel_verify as kv
 from imagebuild.cli import main
+from imagecontract import codeobjects as co
+from imagecontract import verify as kv
 
 SCRIPT = Path(kv.__file__)
 
@@ -34,7 +35,7 @@ def offload_bundle(ids: list[str]) -> bytes:
         offsets.append((pos if body else header_len, len(body)))
         payloads.append(body)
         pos = -(-(pos + len(body)) // 4096) * 4096
-    out = bytearray(kv.BUNDLE_MAGIC + struct.pack("<Q", len(ids)))
+    out = bytearray(co.BUNDLE_MAGIC + struct.pack("<Q", len(ids)))
     for i, (off, size) in zip(ids, offsets, strict=True):
         out += struct.pack("<QQQ", off, size, len(i)) + i.encode()
     for (off, _), body in zip(offsets, payloads, strict=True):
@@ -53,12 +54,12 @@ def fatbin(entries: list[tuple[int, int, bool]]) -> bytes:
     """A CUDA fat binary: 16-byte header, then per entry a 64-byte header (kind, arch at +28, flags at +40)."""
     body = bytearray()
     for kind, arch, arch_specific in entries:
-        payload = (b"\x7fELF" if kind == kv.FATBIN_KIND_ELF else b".version 9.0\n").ljust(64, b"\0")
-        flags = 0x11 | (kv.FATBIN_FLAG_ARCH_SPECIFIC if arch_specific else 0)
+        payload = (b"\x7fELF" if kind == co.FATBIN_KIND_ELF else b".version 9.0\n").ljust(64, b"\0")
+        flags = 0x11 | (co.FATBIN_FLAG_ARCH_SPECIFIC if arch_specific else 0)
         head = struct.pack("<HHIQ", kind, 0x0101, 64, len(payload))
         head += struct.pack("<IIHHIIIQ", 0, 0, 8, 1, arch, 0, 0, flags).ljust(48, b"\0")
         body += head + payload
-    return struct.pack("<IHHQ", kv.FATBIN_MAGIC, 1, 16, len(body)) + bytes(body)
+    return struct.pack("<IHHQ", co.FATBIN_MAGIC, 1, 16, len(body)) + bytes(body)
 
 
 def elf_with(sections: dict[str, bytes]) -> bytes:
@@ -130,14 +131,14 @@ def test_parse_arch_list_forms(text: str, code: tuple[str, ...], ptx: tuple[str,
     assert got.ptx == ptx
 
 
-@pytest.mark.parametrize("bad", ["", "gfx", "sm90", "9", "gfx90a;volta", "9.0+SASS"])
+@pytest.mark.parametrize("bad", ["", "gfx", "sm90", "9", "gfx90a;mi300", "9.0+SASS", "compute_90"])
 def test_parse_arch_list_rejects_unknown(bad: str) -> None:
-    with pytest.raises(kv.VerifyError):
+    with pytest.raises(co.VerifyError):
         kv.parse_arch_list(bad)
 
 
 def test_lists_hip_code_objects_with_features(hip_lib: Path) -> None:
-    listing = kv.list_code_objects(hip_lib)
+    listing = co.list_code_objects(hip_lib)
     assert listing.code_objects == ["gfx908", "gfx90a:xnack+", "gfx942:sramecc+:xnack-"]
     assert listing.ptx == []
     assert "host-x86_64-unknown-linux--" in listing.entries
@@ -148,7 +149,7 @@ FULL_REQUEST = "gfx908;gfx90a:xnack+;gfx942:sramecc+:xnack-"
 
 def test_hip_compare_follows_the_loaders_target_id_rules(hip_lib: Path) -> None:
     """A code object with a feature set loads only where that feature has that sign (LLVM isCompatibleTargetID)."""
-    listing = kv.list_code_objects(hip_lib)
+    listing = co.list_code_objects(hip_lib)
     assert kv.compare(listing, kv.parse_arch_list(FULL_REQUEST)).ok
     # gfx90a (any xnack) also means xnack- GPUs, where a gfx90a:xnack+ code object does not load
     result = kv.compare(listing, kv.parse_arch_list("gfx90a:xnack+;gfx942:sramecc+:xnack-;gfx1100;gfx90a"))
@@ -160,11 +161,11 @@ def test_several_bundles_and_a_compressed_one(tmp_path: Path) -> None:
     one = offload_bundle(HIP_IDS[:2])
     two = ccob(offload_bundle([HIP_IDS[0], "hipv4-amdgcn-amd-amdhsa--gfx942"]))
     lib = write(tmp_path, "multi.so", elf_with({".hip_fatbin": one + b"\0" * (-len(one) % 4096) + two}))
-    assert kv.list_code_objects(lib).code_objects == ["gfx908", "gfx942"]
+    assert co.list_code_objects(lib).code_objects == ["gfx908", "gfx942"]
 
 
 def test_lists_cuda_elf_and_ptx_separately(cuda_lib: Path) -> None:
-    listing = kv.list_code_objects(cuda_lib)
+    listing = co.list_code_objects(cuda_lib)
     assert listing.code_objects == ["sm_80", "sm_90"]
     assert listing.ptx == ["compute_90"]
     assert kv.compare(listing, kv.parse_arch_list("8.0;9.0+PTX")).ok
@@ -174,7 +175,7 @@ def test_lists_cuda_elf_and_ptx_separately(cuda_lib: Path) -> None:
 
 def test_arch_specific_cuda_target_is_its_own_arch(tmp_path: Path) -> None:
     lib = write(tmp_path, "a.so", elf_with({".nv_fatbin": fatbin([(2, 90, True)])}))
-    listing = kv.list_code_objects(lib)
+    listing = co.list_code_objects(lib)
     assert listing.code_objects == ["sm_90a"]
     assert kv.compare(listing, kv.parse_arch_list("9.0a")).ok
     assert not kv.compare(listing, kv.parse_arch_list("9.0")).ok
@@ -182,7 +183,7 @@ def test_arch_specific_cuda_target_is_its_own_arch(tmp_path: Path) -> None:
 
 def test_library_without_device_code_differs(tmp_path: Path) -> None:
     lib = write(tmp_path, "plain.so", elf_with({".text": b"\x90" * 16}))
-    listing = kv.list_code_objects(lib)
+    listing = co.list_code_objects(lib)
     assert listing.code_objects == []
     assert kv.compare(listing, kv.parse_arch_list("gfx90a")).missing == ["gfx90a"]
 
@@ -190,15 +191,17 @@ def test_library_without_device_code_differs(tmp_path: Path) -> None:
 def test_not_an_elf_is_a_usage_error(tmp_path: Path) -> None:
     path = tmp_path / "x.txt"
     path.write_text("hello")
-    with pytest.raises(kv.VerifyError, match="not an ELF"):
-        kv.list_code_objects(path)
+    with pytest.raises(co.VerifyError, match="not an ELF"):
+        co.list_code_objects(path)
 
 
 def run_script(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """The standalone path: a copy of the file alone, run isolated (no imagebuild on sys.path)."""
-    copy = cwd / "kernel_verify.py"
-    shutil.copy(SCRIPT, copy)
-    return subprocess.run([sys.executable, "-I", str(copy), *args], capture_output=True, text=True, cwd=cwd)
+    """The in-image path: a copy of the contract package alone, its verifier run isolated (no imagebuild)."""
+    copy = cwd / "contract" / "imagecontract"
+    if not copy.exists():
+        shutil.copytree(SCRIPT.parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    script = copy / SCRIPT.name
+    return subprocess.run([sys.executable, "-I", str(script), *args], capture_output=True, text=True, cwd=cwd)
 
 
 def test_standalone_match_writes_contract_json(hip_lib: Path, tmp_path: Path) -> None:
@@ -240,6 +243,6 @@ def test_cli_verify_exit_codes(hip_lib: Path, tmp_path: Path) -> None:
     diff = runner.invoke(main, ["kernels", "verify", str(hip_lib), "--arch", FULL_REQUEST.split(";", 1)[1]])
     assert diff.exit_code == 1
     assert "error: code objects differ from the requested arches: not requested gfx908" in diff.stderr
-    bad = runner.invoke(main, ["kernels", "verify", str(hip_lib), "--arch", "volta"])
+    bad = runner.invoke(main, ["kernels", "verify", str(hip_lib), "--arch", "mi300"])
     assert bad.exit_code == 2
-    assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("error: unknown arch 'volta'")
+    assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("error: unknown GPU target 'mi300'")

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from imagebuild import kernel_verify as kv
 from imagebuild.cli import main
+from imagecontract import codeobjects as co
 
 TOOL = Path(__file__).resolve().parents[1] / "kernels" / "tools" / "compile_device_check.py"
 _spec = importlib.util.spec_from_file_location("compile_device_check", TOOL)
@@ -55,7 +55,7 @@ def verify(path: Path, arch: str) -> tuple[int, str]:
 
 @needs_hip
 def test_hip_build_holds_exactly_the_requested_gfx(hip_build: Path) -> None:
-    assert kv.list_code_objects(hip_build).code_objects == GFX
+    assert co.list_code_objects(hip_build).code_objects == GFX
     assert verify(hip_build, "gfx908;gfx90a;gfx942")[0] == 0
     assert verify(hip_build, "gfx908 gfx90a gfx942:sramecc+:xnack-")[0] == 0  # compared on processor names
 
@@ -76,23 +76,23 @@ def test_hip_listing_agrees_with_roc_obj_ls(hip_build: Path) -> None:
     text = subprocess.run(["roc-obj-ls", str(hip_build)], capture_output=True, text=True, check=True).stdout
     theirs = sorted(m.group(1) for m in re.finditer(r"amdgcn-amd-amdhsa--(\S+)", text))
     assert theirs == GFX
-    assert kv.list_code_objects(hip_build).code_objects == theirs
+    assert co.list_code_objects(hip_build).code_objects == theirs
 
 
 @needs_hip
 def test_hip_compressed_bundle(tmp_path: Path, bitcode: Path) -> None:
     out = cdc.compile_hip(["gfx90a", "gfx942"], tmp_path / "c.so", compress=True, libdir=bitcode)
-    section = kv.elf_sections(out.read_bytes())[".hip_fatbin"]
-    assert section.startswith(kv.CCOB_MAGIC), "clang did not compress the bundle"
+    section = co.elf_sections(out.read_bytes())[".hip_fatbin"]
+    assert section.startswith(co.CCOB_MAGIC), "clang did not compress the bundle"
     zstd_method = int.from_bytes(section[6:8], "little") == 1
     if zstd_method and not (shutil.which("zstd") or importlib.util.find_spec("zstandard")):
         pytest.skip("zstd-compressed bundle, and neither the zstd command nor the zstandard package is installed")
-    assert kv.list_code_objects(out).code_objects == ["gfx90a", "gfx942"]
+    assert co.list_code_objects(out).code_objects == ["gfx90a", "gfx942"]
 
 
 @needs_nvcc
 def test_cuda_build_holds_exactly_the_requested_sm(cuda_build: Path) -> None:
-    listing = kv.list_code_objects(cuda_build)
+    listing = co.list_code_objects(cuda_build)
     assert listing.code_objects == ["sm_80", "sm_90"]
     assert listing.ptx == []
     assert verify(cuda_build, "8.0;9.0")[0] == 0
@@ -110,7 +110,7 @@ def test_cuda_wrong_request_is_caught(cuda_build: Path) -> None:
 @needs_nvcc
 def test_cuda_ptx_is_listed_separately(tmp_path: Path) -> None:
     out = cdc.compile_cuda(["sm_90", "compute_90"], tmp_path / "ptx.so")
-    listing = kv.list_code_objects(out)
+    listing = co.list_code_objects(out)
     assert listing.code_objects == ["sm_90"]
     assert listing.ptx == ["compute_90"]
     assert verify(out, "9.0+PTX")[0] == 0

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild import kernel_verify as kv
+from imagecontract import codeobjects as co
+from imagecontract import verify as kv
 from tests.test_kernel_verify import ccob, elf_with, fatbin, offload_bundle
 
 SCRIPT = Path(kv.__file__)
@@ -64,7 +65,7 @@ def hostile_files() -> dict[str, bytes]:
     shoff = struct.unpack_from("<Q", elf, 0x28)[0]
     return {
         # the example: a 16-byte fat binary whose header and body sizes are zero looped forever
-        "fatbin-zero-sizes": struct.pack("<IHHQ", kv.FATBIN_MAGIC, 1, 0, 0),
+        "fatbin-zero-sizes": struct.pack("<IHHQ", co.FATBIN_MAGIC, 1, 0, 0),
         "fatbin-size-2^60": put(fb, 8, "<Q", 1 << 60),
         "fatbin-entry-header-zero": put(fb, 16 + 4, "<I", 0),
         "fatbin-entry-payload-2^63": put(fb, 16 + 8, "<Q", 1 << 63),
@@ -132,7 +133,7 @@ def test_zstd_bundle_is_read_through_the_command_with_bounded_output(tmp_path: P
     path.write_bytes(b"CCOB" + struct.pack("<HHQQQ", 3, 1, 32 + len(data), raw.stat().st_size, 0) + data)
     done = verify(path)
     assert done.returncode == 0, done.stderr
-    assert kv.list_code_objects(path).code_objects == ["gfx942"]
+    assert co.list_code_objects(path).code_objects == ["gfx942"]
     corrupt = tmp_path / "corrupt.ccob"
     corrupt.write_bytes(b"CCOB" + struct.pack("<HHQQQ", 3, 1, 32 + 64, 1 << 20, 0) + b"\xff" * 64)
     assert_clean_error(verify(corrupt), "zstd")
@@ -159,8 +160,8 @@ def test_non_regular_files_are_refused_without_blocking(tmp_path: Path) -> None:
 # --- target features, as the loader matches them ---------------------------------------------------------
 
 
-def listing(*code_objects: str) -> kv.Listing:
-    return kv.Listing("lib.so", code_objects=list(code_objects))
+def listing(*code_objects: str) -> co.Listing:
+    return co.Listing("lib.so", code_objects=list(code_objects))
 
 
 @pytest.mark.parametrize(

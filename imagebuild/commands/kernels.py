@@ -7,8 +7,9 @@ from pathlib import Path
 
 import click
 
-from imagebuild import kernel_verify as kv
 from imagebuild.errors import CheckFailed, ConfigError
+from imagecontract import verify as kv
+from imagecontract.codeobjects import VerifyError, list_code_objects
 
 
 @click.group("kernels")
@@ -25,8 +26,8 @@ def verify(file: Path, arch: str, json_out: Path | None, as_json: bool) -> None:
     """List the code objects in FILE (HIP: gfx IDs, CUDA: sm IDs and PTX); exit 1 if they differ from --arch."""
     try:
         requested = kv.parse_arch_list(arch)
-        listing = kv.list_code_objects(file)
-    except kv.VerifyError as exc:
+        listing = list_code_objects(file)
+    except VerifyError as exc:
         raise ConfigError(str(exc)) from exc
     result = kv.compare(listing, requested)
     doc = kv.report(listing, requested)
@@ -38,6 +39,6 @@ def verify(file: Path, arch: str, json_out: Path | None, as_json: bool) -> None:
         raise CheckFailed(kv.mismatch_message(result), hint=f"rebuild {file.name} with the requested arch list")
     if json_out is not None:
         try:
-            kv.write_json_atomic(json_out, doc)
+            kv.write_report(json_out, doc)
         except OSError as exc:
             raise ConfigError(f"cannot write {json_out}: {exc.strerror or exc}") from None

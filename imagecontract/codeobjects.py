@@ -1,22 +1,18 @@
-"""List the GPU code objects a built library holds and compare them with the requested arch list.
+"""Read the GPU code objects a built library holds: HIP offload bundles and CUDA fat binaries in ELF sections.
 
-Stdlib only and runnable on its own (`python3 kernel_verify.py FILE --arch LIST --json-out PATH`), because the
-kernel builder stage inside an image never imports the imagebuild package. It reads the ELF sections itself:
-`.hip_fatbin` (clang offload bundles, plain or `CCOB`-compressed) and `.nv_fatbin` (CUDA fat binaries).
+Stdlib only, part of the contract, because the kernel builder stage inside an image runs it (through
+imagecontract.verify) and never imports the imagebuild package. It reads the ELF sections itself:
+`.hip_fatbin` (clang offload bundles, plain or `CCOB`-compressed) and `.nv_fatbin` (CUDA fat binaries), every
+length bounded and checked before use.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import re
 import shutil
 import stat
 import struct
 import subprocess
-import sys
-import tempfile
 import threading
 import zlib
 from collections.abc import Iterator
@@ -30,28 +26,9 @@ FATBIN_MAGIC = 0xBA55ED50
 FATBIN_KIND_PTX = 1
 FATBIN_KIND_ELF = 2
 
-# TORCH_CUDA_ARCH_LIST accepts these names (torch.utils.cpp_extension); only the ones still built by CUDA 13.
-NAMED_CUDA_ARCHES = {"ampere": "8.0;8.6+PTX", "ada": "8.9+PTX", "hopper": "9.0+PTX", "blackwell": "10.0+PTX"}
-
-_GFX_RE = re.compile(r"^(gfx[0-9a-f]+)((?::[a-z0-9_-]+[+-])*)$")
-_SM_RE = re.compile(r"^(sm|compute)_([0-9]+[a-z]?)$")
-_DOTTED_RE = re.compile(r"^([0-9]+)\.([0-9]+)([a-z]?)(\+ptx)?$")
-
 
 class VerifyError(Exception):
     """Bad input (unreadable file, unknown arch spelling): exit code 2, as a usage error."""
-
-
-@dataclass(frozen=True)
-class Requested:
-    """A parsed arch request: target IDs as written (features kept) and the PTX wanted."""
-
-    code_objects: tuple[str, ...]
-    ptx: tuple[str, ...] = ()
-
-    @property
-    def processors(self) -> set[str]:
-        return {processor(a) for a in self.code_objects}
 
 
 @dataclass
@@ -62,44 +39,6 @@ class Listing:
     code_objects: list[str] = field(default_factory=list)
     ptx: list[str] = field(default_factory=list)
     entries: list[str] = field(default_factory=list)
-
-
-def processor(target_id: str) -> str:
-    """`gfx942:sramecc+:xnack-` -> `gfx942`; `sm_90` stays: comparisons are on the processor name."""
-    return target_id.split(":", 1)[0]
-
-
-def parse_arch_list(text: str) -> Requested:
-    """Parse `gfx90a;gfx942`, `gfx942:sramecc+:xnack-`, `sm_80,sm_90`, `8.0;9.0`, `9.0+PTX` (and mixes)."""
-    code: list[str] = []
-    ptx: list[str] = []
-    tokens = [t for t in re.split(r"[;,\s]+", text.strip()) if t]
-    if not tokens:
-        raise VerifyError("empty arch list (give e.g. 'gfx90a;gfx942' or 'sm_80,sm_90' or '8.0;9.0')")
-    for raw in tokens:
-        tok = raw.lower()
-        if tok in NAMED_CUDA_ARCHES:
-            sub = parse_arch_list(NAMED_CUDA_ARCHES[tok])
-            code.extend(sub.code_objects)
-            ptx.extend(sub.ptx)
-            continue
-        if m := _GFX_RE.match(tok):
-            code.append(raw if raw.startswith("gfx") else tok)
-            continue
-        if m := _SM_RE.match(tok):
-            (code if m.group(1) == "sm" else ptx).append(f"{m.group(1)}_{m.group(2)}")
-            continue
-        if m := _DOTTED_RE.match(tok):
-            num = f"{m.group(1)}{m.group(2)}{m.group(3)}"
-            code.append(f"sm_{num}")
-            if m.group(4):
-                ptx.append(f"compute_{num}")
-            continue
-        raise VerifyError(
-            f"unknown arch {raw!r} in {text!r} "
-            "(expected gfx IDs like gfx90a or gfx942:sramecc+:xnack-, sm_90, 9.0 or 9.0+PTX)"
-        )
-    return Requested(tuple(dict.fromkeys(code)), tuple(dict.fromkeys(ptx)))
 
 
 # --- bounded reading -------------------------------------------------------------------------------------
@@ -415,7 +354,7 @@ def cuda_fatbin_entries(data: bytes | Blob) -> list[tuple[int, str]]:
     return entries
 
 
-# --- listing and comparison ------------------------------------------------------------------------------
+# --- listing ------------------------------------------------------------------------------
 
 
 def _open_regular(p: Path) -> BinaryIO:
@@ -467,155 +406,3 @@ def list_blob(p: Path, blob: Blob) -> Listing:
     listing.code_objects = sorted(set(listing.code_objects))
     listing.ptx = sorted(set(listing.ptx))
     return listing
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Targets missing from / code objects not asked for in the library; empty both means it matches."""
-
-    missing: list[str]
-    unexpected: list[str]
-
-    @property
-    def ok(self) -> bool:
-        return not self.missing and not self.unexpected
-
-
-# AMDGPU target IDs: a processor and features such as `sramecc+`, `xnack-`. The compatibility rule is LLVM's
-# isCompatibleTargetID (llvm/llvm-project clang/lib/Basic/TargetID.cpp, commit 5c3355625bc9): a code object
-# loads on a device when the processors are equal and every feature the code object specifies has the same
-# sign on the device; a feature the code object leaves unspecified ("any") matches either sign. A device
-# always has a concrete setting, so a request leaving a feature unspecified asks for code that loads on both.
-# sramecc and xnack are the only target ID features LLVM knows (getAllPossibleAMDGPUTargetIDFeatures there);
-# a code object naming another one does not parse for the loader and so never loads.
-AMDGPU_FEATURES = ("sramecc", "xnack")
-_FEATURE_RE = re.compile(r"^([a-z0-9_]+)([+-])$")
-
-
-def _target_id(text: str) -> tuple[str, dict[str, str]] | None:
-    """`gfx942:sramecc+:xnack-` -> ("gfx942", {"sramecc": "+", "xnack": "-"}); None when malformed."""
-    proc, *parts = text.split(":")
-    features: dict[str, str] = {}
-    for part in parts:
-        m = _FEATURE_RE.match(part)
-        if not proc or not m or m.group(1) in features or m.group(1) not in AMDGPU_FEATURES:
-            return None
-        features[m.group(1)] = m.group(2)
-    return proc, features
-
-
-def _loads_on(code_object: tuple[str, dict[str, str]], device: tuple[str, dict[str, str]]) -> bool:
-    """isCompatibleTargetID(provided=code object, requested=device), the device's features all specified."""
-    return code_object[0] == device[0] and all(device[1].get(f) == v for f, v in code_object[1].items())
-
-
-def _devices(request: tuple[str, dict[str, str]]) -> list[tuple[str, dict[str, str]]]:
-    """Every device configuration a request covers: its features as given, the others either way."""
-    configs: list[dict[str, str]] = [{}]
-    for feature in AMDGPU_FEATURES:
-        signs = [request[1][feature]] if feature in request[1] else ["+", "-"]
-        configs = [{**c, feature: sign} for c in configs for sign in signs]
-    return [(request[0], c) for c in configs]
-
-
-def _satisfied(want: str, have: list[str]) -> bool:
-    if not want.startswith("gfx"):
-        return want in have  # CUDA: sm_90, sm_90a and compute_90 are each their own target
-    request = _target_id(want)
-    objects = [t for t in map(_target_id, have) if t is not None]
-    return request is not None and all(any(_loads_on(c, d) for c in objects) for d in _devices(request))
-
-
-def _wanted(have: str, wants: list[str]) -> bool:
-    if not have.startswith("gfx"):
-        return have in wants
-    code_object = _target_id(have)
-    requests = [t for t in map(_target_id, wants) if t is not None]
-    return code_object is not None and any(_loads_on(code_object, d) for r in requests for d in _devices(r))
-
-
-def compare(listing: Listing, requested: Requested) -> Comparison:
-    """Missing: a requested target some device of which no code object loads on (LLVM's target ID rules).
-    Unexpected: a code object that loads on no requested device. PTX entries compare exactly."""
-    have = [*listing.code_objects, *listing.ptx]
-    want = [*requested.code_objects, *requested.ptx]
-    missing = [w for w in want if not _satisfied(w, have)]
-    unexpected = [h for h in have if not _wanted(h, want)]
-    return Comparison(sorted(dict.fromkeys(missing)), sorted(dict.fromkeys(unexpected)))
-
-
-def report(listing: Listing, requested: Requested) -> dict[str, object]:
-    """The kernels.json document of the contract (docs/contracts.md), plus the PTX entries."""
-    return {
-        "library": listing.library,
-        "requested": list(requested.code_objects),
-        "code_objects": listing.code_objects,
-        "ptx": listing.ptx,
-    }
-
-
-def write_json_atomic(path: str | Path, doc: dict[str, object]) -> None:
-    """Write next to the target and rename, so a reader never sees half a file."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(doc, fh, indent=2)
-            fh.write("\n")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def describe(listing: Listing, requested: Requested, result: Comparison) -> list[str]:
-    """Human-readable lines: what the library holds, and the verdict."""
-    lines = [f"{listing.library}:"]
-    lines += [f"  code object  {c}" for c in listing.code_objects] or ["  (no device code objects)"]
-    lines += [f"  ptx          {p}" for p in listing.ptx]
-    asked = " ".join(list(requested.code_objects) + list(requested.ptx))
-    lines.append(f"requested: {asked}")
-    if result.ok:
-        lines.append("ok: code objects match the requested arches")
-    return lines
-
-
-def mismatch_message(result: Comparison) -> str:
-    parts = []
-    if result.missing:
-        parts.append(f"missing {', '.join(result.missing)}")
-    if result.unexpected:
-        parts.append(f"not requested {', '.join(result.unexpected)}")
-    return "code objects differ from the requested arches: " + "; ".join(parts)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Standalone entry point: 0 match, 1 difference, 2 bad input."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("file")
-    parser.add_argument("--arch", required=True, help="requested arches, e.g. 'gfx90a;gfx942' or '8.0;9.0'")
-    parser.add_argument("--json-out", help="write the kernels.json document here")
-    args = parser.parse_args(argv)
-    try:
-        requested = parse_arch_list(args.arch)
-        listing = list_code_objects(args.file)
-    except VerifyError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    result = compare(listing, requested)
-    print("\n".join(describe(listing, requested, result)))
-    if not result.ok:
-        print(f"error: {mismatch_message(result)}", file=sys.stderr)
-        return 1
-    if args.json_out:
-        try:
-            write_json_atomic(args.json_out, report(listing, requested))
-        except OSError as exc:
-            print(f"error: cannot write {args.json_out}: {exc.strerror or exc}", file=sys.stderr)
-            return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
