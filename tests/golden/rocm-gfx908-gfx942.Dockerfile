@@ -95,9 +95,9 @@ RUN --mount=type=cache,target=/root/.cache/ccache \
     && if [ -s /run/secrets/pipindex ]; then PIP_INDEX_URL="$(cat /run/secrets/pipindex)" && export PIP_INDEX_URL; fi \
     && pip wheel --no-build-isolation --no-deps -w /wheels /src/imagebuild-kernels
 # Prove the library holds code for exactly gfx908;gfx942 before anything ships it.
-COPY imagebuild/kernel_verify.py /opt/imagebuild/tools/kernel_verify.py
+COPY imagecontract/ /opt/imagebuild/imagecontract/
 RUN pip install --no-cache-dir --no-deps /wheels/*.whl \
-    && python3 /opt/imagebuild/tools/kernel_verify.py \
+    && python3 /opt/imagebuild/imagecontract/verify.py \
        "$(python3 -c 'import imagebuild_kernels; print(imagebuild_kernels.library_path())')" \
        --arch "gfx908;gfx942" --json-out /opt/imagebuild/kernels.json
 
@@ -234,6 +234,7 @@ RUN { ldd /usr/local/bin/text-generation-launcher /usr/local/bin/text-generation
     && rm /tmp/ldd.txt
 COPY image/tunableop/tunableop_entrypoint.py /opt/imagebuild/bin/tunableop-entrypoint
 COPY smoke/ /opt/imagebuild/smoke/
+COPY imagecontract/ /opt/imagebuild/imagecontract/
 COPY build/render/x/manifest.json /opt/imagebuild/manifest.json
 VOLUME ["/data"]
 WORKDIR /opt/imagebuild
