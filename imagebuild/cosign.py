@@ -117,7 +117,7 @@ def _run(argv: list[str], env: dict[str, str] | None = None, secret: str | None 
         for line in proc.stderr.splitlines()
         if line.strip() and not line.startswith("WARNING")
     ]
-    message = lines[-1] if lines else f"exit {proc.returncode}"
+    message = lines[-1].strip() if lines else f"exit {proc.returncode}"
     if secret:
         message = message.replace(secret, "***")
     raise CosignError(message[:400])

@@ -152,7 +152,7 @@ def verify_image(text: str, verifier: Verifier, need_smoke: bool = True) -> Veri
             f"{len(signed)} verified ({verifier.describe()})" if signed else "no signature over this digest",
         )
     except CosignError as exc:
-        v.add("signature", False, str(exc))
+        v.add("signature", False, f"none verifies with {verifier.describe()}: {exc}")
     _check_sbom(v, _statements(v, ref, "sbom", attest.SBOM_TYPE, verifier))
     _check_provenance(v, _statements(v, ref, "provenance", attest.PROVENANCE_TYPE, verifier), labels)
     if need_smoke:
