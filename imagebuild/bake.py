@@ -9,7 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from imagebuild.build import DEFAULT_CA_BUNDLE, BuildSpec, atomic_write
+from imagebuild.build import DEFAULT_CA_BUNDLE, BuildSpec
+from imagecontract.atomic import write_atomic
 
 
 def bake_file(specs: list[BuildSpec], root: Path) -> dict[str, Any]:
@@ -39,4 +40,4 @@ def bake_file(specs: list[BuildSpec], root: Path) -> dict[str, Any]:
 
 
 def write_bake(specs: list[BuildSpec], root: Path, out: Path) -> None:
-    atomic_write(out, json.dumps(bake_file(specs, root), indent=2) + "\n")
+    write_atomic(out, json.dumps(bake_file(specs, root), indent=2) + "\n")

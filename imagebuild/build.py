@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from imagebuild.engine import Engine
 from imagebuild.errors import BuildFailed, ConfigError
 from imagebuild.imageref import ImageRef, write_record
+from imagecontract.atomic import write_atomic
 
 if TYPE_CHECKING:
     from imagebuild.plan import TargetPlan
@@ -329,7 +330,7 @@ def prepare(spec: BuildSpec) -> None:
     if spec.render_dir is not None:
         spec.render_dir.mkdir(parents=True, exist_ok=True)
         for name, text in spec.rendered_files.items():
-            atomic_write(spec.render_dir / name, text)
+            write_atomic(spec.render_dir / name, text)
     if spec.wheels:
         stage_wheels(spec.wheels, spec.context / "build" / "wheelhouse")
 
@@ -425,19 +426,6 @@ def run_builds(
         return list(pool.map(one, specs))
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write via a temp file and rename, so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def image_ref(result: TargetResult) -> ImageRef | None:
     """The reference a successful build hands to smoke and publish: the ID from BuildKit's iidfile."""
     if not result.ok or not result.image_id:
@@ -460,7 +448,7 @@ def write_report(path: Path, engine: Engine, results: list[TargetResult], root: 
         "ok": all(result.ok for result in results),
         "targets": targets,
     }
-    atomic_write(path, json.dumps(report, indent=2) + "\n")
+    write_atomic(path, json.dumps(report, indent=2) + "\n")
 
 
 def raise_on_failure(results: list[TargetResult], report: Path) -> None:

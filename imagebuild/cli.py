@@ -48,6 +48,12 @@ class ErrorMappingGroup(click.Group):
                 raise
             click.echo(f"error: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except OSError as exc:  # a file a command could not write (write_atomic names it) or read: exit 2
+            if ctx.params.get("debug"):
+                raise
+            where = f"{exc.filename}: " if exc.filename else ""
+            click.echo(f"error: {where}{exc.strerror or exc}", err=True)
+            sys.exit(2)
 
 
 @click.group(cls=ErrorMappingGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -78,7 +78,7 @@ def record_path(root: Path, target: str) -> Path:
 
 def write_record(root: Path, ref: ImageRef) -> Path:
     """Record a built image (the build report holds the same object)."""
-    from imagebuild.render import write_atomic
+    from imagecontract.atomic import write_atomic
 
     if not ref.target:
         raise ValueError("an image record needs a target")

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from imagebuild.build import atomic_write
 from imagebuild.errors import ConfigError, PublishFailed
 from imagebuild.imageref import LOCAL_REPO, ImageRef
 from imagebuild.registry import Registry, RegistryError, RepoRef
+from imagecontract.atomic import write_atomic
 
 if TYPE_CHECKING:
     import docker
@@ -99,7 +99,7 @@ class PublishResult:
         if self.digest:
             ref = ref.pushed(self.repository, self.digest, self.refs)
         data["image"] = ref.as_dict()
-        atomic_write(path, json.dumps({"schema_version": 1, **data}, indent=2) + "\n")
+        write_atomic(path, json.dumps({"schema_version": 1, **data}, indent=2) + "\n")
 
 
 def report_refusal(report: Any, image_id: str) -> str | None:

@@ -7,9 +7,7 @@ files are byte-identical across runs and machines and `render --check` can gate 
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from imagebuild.arches import Resolution
 from imagebuild.errors import CheckFailed, ConfigError
 from imagebuild.matrix import Matrix, Target, TgiRuntime
 from imagebuild.plan import TargetPlan, image_ref, plan_for
+from imagecontract.atomic import write_atomic
 
 RENDERED_FILES = ("Dockerfile", "manifest.json")
 
@@ -249,20 +248,11 @@ def render_target(
     return render_plan(plan_for(matrix, target, resolution, out_dir=out_dir))
 
 
-def write_atomic(path: Path, text: str) -> bool:
-    """Write through a temp file in the same directory and rename; returns whether the content changed."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def write_if_changed(path: Path, text: str) -> bool:
+    """Write through the contract's write_atomic (0644) unless the file already holds text; whether it changed."""
     if path.exists() and path.read_text(encoding="utf-8") == text:
         return False
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, text)
     return True
 
 
@@ -271,7 +261,7 @@ def write_rendered(rendered: Rendered, out_dir: Path) -> list[Path]:
     changed = []
     for name, text in rendered.files.items():
         path = out_dir / name
-        if write_atomic(path, text):
+        if write_if_changed(path, text):
             changed.append(path)
     return changed
 

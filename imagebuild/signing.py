@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from imagebuild import attest
-from imagebuild.build import atomic_write
 from imagebuild.cosign import CosignError, Signer, Verifier, read_password, sign
 from imagebuild.cosign import attest as cosign_attest
 from imagebuild.errors import ConfigError, PublishFailed
@@ -26,6 +25,7 @@ from imagebuild.publish import find_passing_report
 from imagebuild.registry import Registry, RegistryError, RepoRef
 from imagebuild.sbom import IMAGE_PATH as SBOM_PATH
 from imagebuild.sbom import validate
+from imagecontract.atomic import write_atomic
 
 if TYPE_CHECKING:
     import docker
@@ -70,8 +70,8 @@ def read_image_file(client: docker.DockerClient, image_id: str, path: str) -> by
 def _write(out_dir: Path, name: str, predicate_type: str, ref: str, digest: str, predicate: dict[str, Any]) -> Path:
     """The predicate cosign signs, and the full statement we keep as the record."""
     path = out_dir / f"{name}.predicate.json"
-    atomic_write(path, attest.dump(predicate))
-    atomic_write(out_dir / f"{name}.intoto.json", attest.dump(attest.statement(ref, digest, predicate_type, predicate)))
+    write_atomic(path, attest.dump(predicate))
+    write_atomic(out_dir / f"{name}.intoto.json", attest.dump(attest.statement(ref, digest, predicate_type, predicate)))
     return path
 
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from imagebuild.build import atomic_write
 from imagebuild.engine import detect_gpu, device_options
 from imagebuild.errors import ConfigError, SmokeFailed
+from imagecontract.atomic import write_atomic
 
 if TYPE_CHECKING:
     import docker
@@ -81,7 +81,7 @@ def run_smoke(
             image_id = container.attrs["Image"]
         finally:
             container.remove(force=True)
-        atomic_write(log_path, logs)
+        write_atomic(log_path, logs)
         produced = out / "report.json"
         if not produced.is_file():
             tail = " | ".join(logs.strip().splitlines()[-3:])
@@ -96,9 +96,9 @@ def run_smoke(
             report["image"] = replace(ref, image_id=image_id).as_dict()
         report["gpu"] = gpu
         report["exit_code"] = exit_code
-        atomic_write(report_path, json.dumps(report, indent=2) + "\n")
+        write_atomic(report_path, json.dumps(report, indent=2) + "\n")
         if (out / "junit.xml").is_file():
-            atomic_write(junit_path, (out / "junit.xml").read_text())
+            write_atomic(junit_path, (out / "junit.xml").read_text())
     finally:
         shutil.rmtree(out, ignore_errors=True)
     return SmokeOutcome(image_id, report_path, junit_path, log_path, report, exit_code)

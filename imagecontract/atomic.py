@@ -18,9 +18,12 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, mode: int = 0o
     never stays behind.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:  # name the file asked for, not the temp file
+        raise OSError(exc.errno, exc.strerror, str(target)) from exc
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(payload)
@@ -28,6 +31,9 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, mode: int = 0o
             os.fsync(fh.fileno())
             os.fchmod(fh.fileno(), mode)
         os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(target)) from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -109,9 +109,9 @@ def test_header_names_the_generator_and_no_syntax_line() -> None:
 
 def test_writes_are_atomic_and_leave_no_temp_files(tmp_path: Path) -> None:
     path = tmp_path / "x" / "Dockerfile"
-    assert render.write_atomic(path, "one\n") is True
-    assert render.write_atomic(path, "one\n") is False
-    assert render.write_atomic(path, "two\n") is True
+    assert render.write_if_changed(path, "one\n") is True
+    assert render.write_if_changed(path, "one\n") is False
+    assert render.write_if_changed(path, "two\n") is True
     assert path.read_text() == "two\n"
     assert [p.name for p in path.parent.iterdir()] == ["Dockerfile"]
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from imagebuild.build import atomic_write
+from imagecontract.atomic import write_atomic
 
 if TYPE_CHECKING:
     import docker
@@ -76,7 +76,7 @@ def check_options() -> None:
 
 
 def _record(out_path: Path, result: PublishResult, signer: Any, attached: list[str]) -> None:
-    atomic_write(
+    write_atomic(
         out_path.with_name("signing.json"),
         json.dumps({"digest": result.digest, "signed_by": signer.describe(), "attached": attached}, indent=2) + "\n",
     )
