@@ -18,7 +18,7 @@ def main() -> None:
             x = torch.randn(m, k, device="cuda", dtype=dtype)
             w = torch.randn(n, k, device="cuda", dtype=dtype)
             b = torch.randn(n, device="cuda", dtype=dtype)
-            for cfg in [0, *range(1, 16), 201, 401, 801, 211, 812]:
+            for cfg in [0, *range(1, 20), 201, 401, 801, 211, 812, 416, 218]:
                 torch.ops.imagebuild._skinny_linear_cfg(x, w, b, cfg)
     torch.cuda.synchronize()
     print("sanitize run done")

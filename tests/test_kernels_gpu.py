@@ -28,8 +28,8 @@ pytestmark = [
 REL_TOL = {torch.float32: 5e-6, torch.float16: 1e-3, torch.bfloat16: 8e-3}
 SILU_CFGS = range(0, 10)
 # 0: the table's choice; -1: F.linear; every variant; K split over clusters of 2, 4, 8 blocks (sm_90).
-LINEAR_CFGS = [0, -1, *range(1, 16)]
-SPLIT_CFGS = [201, 401, 801, 211, 411, 811, 212, 815]
+LINEAR_CFGS = [0, -1, *range(1, 20)]
+SPLIT_CFGS = [201, 401, 801, 211, 411, 811, 212, 815, 416, 218]
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -155,7 +155,7 @@ def test_skinny_linear_split_is_deterministic(cfg: int) -> None:
 def test_bad_cfg_is_a_clear_error() -> None:
     x = torch.randn(2, 64, device="cuda", dtype=torch.float16)
     w = torch.randn(32, 64, device="cuda", dtype=torch.float16)
-    for cfg in (16, 301, 206):
+    for cfg in (20, 301, 206):
         with pytest.raises(ValueError, match=f"launch configuration {cfg} is not valid"):
             torch.ops.imagebuild._skinny_linear_cfg(x, w, None, cfg)
 

@@ -297,7 +297,7 @@ bool skinny_supported(const T* x, const T* w, int64_t M, int64_t N, int64_t K) {
 // A launch configuration: cfg = 100 * split + variant (split 1, 2, 4 or 8; cfg < 100 means split 1).
 // Variants (warps per block, 16-row tiles per block, unroll, L2 256-byte prefetch hint); 6 is the FMA kernel.
 // imagebuild_kernels/_table.py mirrors this list (a test compares them).
-inline constexpr int kSkinnyVariants = 15;
+inline constexpr int kSkinnyVariants = 19;
 inline constexpr int kSkinnyMaxSplit = 8;
 
 inline int skinny_variant(int cfg) { return cfg % 100; }
@@ -384,6 +384,10 @@ ib_error_t launch_skinny_linear(T* out, const T* x, const T* w, const T* bias, i
     case 13: return launch_skinny_mma<T, 4, 2, 4, 1>(out, x, w, bias, M, N, K, s, stream);
     case 14: return launch_skinny_mma<T, 16, 1, 4, 1>(out, x, w, bias, M, N, K, s, stream);
     case 15: return launch_skinny_mma<T, 4, 1, 8, 1>(out, x, w, bias, M, N, K, s, stream);
+    case 16: return launch_skinny_mma<T, 16, 1, 2, 1>(out, x, w, bias, M, N, K, s, stream);
+    case 17: return launch_skinny_mma<T, 32, 1, 2, 1>(out, x, w, bias, M, N, K, s, stream);
+    case 18: return launch_skinny_mma<T, 8, 2, 2, 1>(out, x, w, bias, M, N, K, s, stream);
+    case 19: return launch_skinny_mma<T, 8, 1, 8, 1>(out, x, w, bias, M, N, K, s, stream);
     default: return cudaErrorInvalidValue;
   }
 #endif
