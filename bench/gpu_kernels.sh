@@ -35,9 +35,9 @@ so=$(ls "$site"/imagebuild_kernels/_C*.so)
 
 if has verify; then
   echo "== code objects (ours, then cuobjdump)"
-  python3 imagebuild/kernel_verify.py "$so" --arch "$TORCH_CUDA_ARCH_LIST" --json-out "$OUT/kernels.json"
+  python3 imagecontract/verify.py "$so" --arch "$TORCH_CUDA_ARCH_LIST" --json-out "$OUT/kernels.json"
   { cuobjdump --list-elf "$so"; cuobjdump --list-ptx "$so" || true; } 2>&1
-  if python3 imagebuild/kernel_verify.py "$so" --arch "8.0;9.0"; then
+  if python3 imagecontract/verify.py "$so" --arch "8.0;9.0"; then
     echo "FAIL: a wrong arch request was not caught"; exit 1
   fi
   cuobjdump --dump-resource-usage "$so" 2>/dev/null | grep -E "Function|REG" | paste - - | \
