@@ -11,6 +11,7 @@ import base64
 import json
 import os
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +23,15 @@ MANIFEST_TYPES = (
     "application/vnd.docker.distribution.manifest.list.v2+json",
     "application/vnd.oci.image.index.v1+json",
 )
-TIMEOUT = 30
+TIMEOUT = 30  # seconds between two reads
+
+
+def deadline() -> float:
+    """Seconds one registry request may take in all (IMAGEBUILD_REGISTRY_DEADLINE, default 300)."""
+    try:
+        return max(0.1, float(os.environ.get("IMAGEBUILD_REGISTRY_DEADLINE", "300")))
+    except ValueError:
+        return 300.0
 
 
 class RegistryError(Exception):
@@ -90,16 +99,43 @@ class Registry:
         for attempt in range(2):
             if scope in self.tokens:
                 headers["Authorization"] = self.tokens[scope]
-            try:
-                response = self.session.request(method, url, headers=headers, timeout=TIMEOUT, **kwargs)  # type: ignore[arg-type]
-            except requests.RequestException as exc:
-                raise RegistryError(f"{self.ref.host} unreachable: {type(exc).__name__}", transient=True) from exc
+            response = self._send(method, url, headers, kwargs)
             if response.status_code == 401 and attempt == 0 and self._authenticate(response, scope):
                 continue
             if response.status_code >= 500 or response.status_code == 429:
                 raise RegistryError(f"{method} {path}: HTTP {response.status_code}", transient=True)
             return response
         return response
+
+    def _send(self, method: str, url: str, headers: dict[str, str], kwargs: dict[str, object]) -> requests.Response:
+        """One request, its whole answer read within deadline() seconds.
+
+        requests' timeout bounds each read, so a registry that trickles a byte at a time would hold a publish
+        forever; the request runs on a daemon thread that is abandoned (and its session closed) at the deadline.
+        """
+        limit = deadline()
+        outcome: dict[str, object] = {}
+
+        def work() -> None:
+            try:
+                response = self.session.request(method, url, headers=headers, timeout=TIMEOUT, **kwargs)  # type: ignore[arg-type]
+                _ = response.content  # the body too, inside the deadline
+                outcome["response"] = response
+            except BaseException as exc:  # handed to the caller's thread
+                outcome["error"] = exc
+
+        worker = threading.Thread(target=work, name=f"registry {method}", daemon=True)
+        worker.start()
+        worker.join(limit)
+        if worker.is_alive():
+            self.session.close()
+            raise RegistryError(f"{self.ref.host}: {method} got no complete answer within {limit:g} s", transient=False)
+        error = outcome.get("error")
+        if isinstance(error, requests.RequestException):
+            raise RegistryError(f"{self.ref.host} unreachable: {type(error).__name__}", transient=True) from error
+        if isinstance(error, BaseException):
+            raise error
+        return outcome["response"]  # type: ignore[return-value]
 
     def _authenticate(self, response: requests.Response, scope: str) -> bool:
         challenge = response.headers.get("WWW-Authenticate", "")
@@ -111,7 +147,7 @@ class Registry:
         params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
         query = {"service": params.get("service", ""), "scope": params.get("scope", scope)}
         try:
-            answer = self.session.get(params["realm"], params=query, auth=self.basic, timeout=TIMEOUT)
+            answer = self._send("GET", params["realm"], {}, {"params": query, "auth": self.basic})
             answer.raise_for_status()
             token = answer.json().get("token") or answer.json().get("access_token")
         except (requests.RequestException, KeyError, ValueError) as exc:
