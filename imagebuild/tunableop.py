@@ -12,14 +12,13 @@ from __future__ import annotations
 import difflib
 import json
 import math
-import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from imagebuild.errors import CheckFailed, ConfigError
+from imagecontract import tunableop_csv
 
 # Validators torch has written. ROCm: PT_VERSION, ROCM_VERSION (older) or HIP_VERSION (newer),
 # HIPBLASLT_VERSION, ROCBLAS_VERSION, GCN_ARCH_NAME. CUDA: PT_VERSION only.
@@ -152,11 +151,11 @@ def parse_text(text: str, source: str = "<text>") -> ResultsFile:
     """Parse a results file strictly; raise MalformedFile naming the first bad line."""
     out = ResultsFile(source=source)
     seen_rows: set[tuple[str, str]] = set()
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        line = raw.rstrip("\r")
+    for lineno, line, parts in tunableop_csv.records(text):  # split exactly where torch's reader splits
         if not line.strip():
-            continue
-        parts = line.split(",")
+            continue  # torch logs "could not parse line" and goes on
+        if "\r" in line:
+            raise _fail(source, lineno, "carriage return in the line (CRLF file?): torch keeps it in the field")
         if parts[0] == "Validator":
             if len(parts) != 3 or not parts[1] or not parts[2]:
                 raise _fail(source, lineno, f"expected 'Validator,KEY,VALUE', got {line!r}")
@@ -211,7 +210,7 @@ def load(path: Path | str) -> ResultsFile:
     """Read and parse one file; a missing or unreadable file is a usage error (exit 2)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = tunableop_csv.read_text(p)  # no newline translation: torch sees the bytes
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -221,30 +220,8 @@ def load(path: Path | str) -> ResultsFile:
 
 def render(results: ResultsFile) -> str:
     """The file as torch writes it: validators first, then one line per result."""
-    lines = [f"Validator,{k},{v}" for k, v in results.validators.items()]
-    for r in results.rows:
-        fields = [r.op, r.params, r.solution] + ([r.time_text] if r.time_text is not None else [])
-        lines.append(",".join(fields))
-    return "\n".join(lines) + "\n"
-
-
-def write_atomic(path: Path | str, text: str) -> None:
-    """Write via a temp file in the same folder and rename, so no reader ever sees half a file."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a results file is read by other users
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    rows = [[r.op, r.params, r.solution] + ([r.time_text] if r.time_text is not None else []) for r in results.rows]
+    return tunableop_csv.render(results.validators, rows)
 
 
 # ----------------------------------------------------------------------------------------------------

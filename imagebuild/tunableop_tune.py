@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from imagebuild import engine
 from imagebuild import tunableop as top
 from imagebuild.errors import BuildFailed, CheckFailed, ConfigError
+from imagecontract.atomic import write_atomic
 
 if TYPE_CHECKING:
     import docker
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 BAKED_DIR = "/opt/imagebuild/tunableop"
 MANIFEST_PATH = "/opt/imagebuild/manifest.json"
 SCRIPTS_DIR = Path(__file__).resolve().parents[1] / "image" / "tunableop"
+CONTRACT_DIR = Path(__file__).resolve().parents[1] / "imagecontract"  # tune_gemms.py imports it
 ROCM_KEYS = ("ROCM_VERSION", "HIP_VERSION", "HIPBLASLT_VERSION", "ROCBLAS_VERSION", "GCN_ARCH_NAME")
 
 # Runs inside the image: what torch is there and, with a GPU, the validators it registers.
@@ -264,6 +266,7 @@ def run_tuning(
             volumes={
                 str(io_dir): {"bind": "/io", "mode": "rw"},
                 str(SCRIPTS_DIR): {"bind": "/opt/imagebuild-tune", "mode": "ro"},
+                str(CONTRACT_DIR): {"bind": "/opt/imagebuild-tune/imagecontract", "mode": "ro"},
             },
             **engine.device_options(gpu),
         )
@@ -312,8 +315,8 @@ def tune(
     slug = arch_slug(str(report.get("arch") or results.validators.get("GCN_ARCH_NAME") or gpu))
     results_path = out_dir / f"tunableop_{slug}.csv"
     report_path = out_dir / f"tunableop_{slug}.report.json"
-    top.write_atomic(results_path, top.render(results))
-    top.write_atomic(report_path, json.dumps({"image": image, **report}, indent=1) + "\n")
+    write_atomic(results_path, top.render(results))
+    write_atomic(report_path, json.dumps({"image": image, **report}, indent=1) + "\n")
     outcome = TuneOutcome(results_path=results_path, report_path=report_path, report=report)
     if bake_tag:
         bake(c, image, results_path, bake_tag, live, slug)

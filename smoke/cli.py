@@ -14,6 +14,7 @@ import time
 import traceback
 from typing import Any, NoReturn
 
+from imagecontract.atomic import write_atomic
 from smoke import baseline as baseline_mod
 from smoke import manifest as manifest_mod
 from smoke import report as report_mod
@@ -136,7 +137,7 @@ def _finish(args: argparse.Namespace, rep: dict[str, Any], results: list[CheckRe
         if not path:
             continue
         try:
-            report_mod.write_atomic(path, render(rep))
+            write_atomic(path, render(rep))
         except OSError as exc:
             print(f"error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
             return EXIT_USAGE

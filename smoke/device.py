@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from imagecontract.gpu import gpu_arch as contract_gpu_arch
+
 KFD_NODES = "/sys/class/kfd/kfd/topology/nodes/*/properties"
 
 
@@ -22,12 +24,8 @@ def cuda_available() -> bool:
 
 
 def gpu_arch(index: int = 0) -> str:
-    """``gcnArchName`` on ROCm (feature suffixes kept), ``sm_XY`` from the compute capability on CUDA."""
-    props = torch.cuda.get_device_properties(index)
-    gcn = getattr(props, "gcnArchName", None)
-    if torch.version.hip and gcn:
-        return str(gcn)
-    return f"sm_{props.major}{props.minor}"
+    """The contract's gpu_arch (imagecontract.gpu) with this module's torch."""
+    return contract_gpu_arch(torch, index)
 
 
 def gpu_name(index: int = 0) -> str:

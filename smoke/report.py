@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import platform
-import tempfile
 import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING, Any
 
@@ -63,21 +61,6 @@ def without_torch(manifest: dict[str, Any], results: list[CheckResult], extra: d
         **extra,
         "checks": [r.to_json() for r in results],
     }
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Write to a temp file beside ``path`` and rename, so a reader never sees half a report."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".smoke-", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def to_json(report: dict[str, Any]) -> str:

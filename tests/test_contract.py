@@ -142,3 +142,47 @@ def test_write_atomic_leaves_a_0644_file_and_no_temp(tmp_path: Path) -> None:
     assert [p.name for p in path.parent.iterdir()] == ["manifest.json"]
     write_atomic(path, b"\x00\x01", mode=0o600)
     assert path.read_bytes() == b"\x00\x01" and path.stat().st_mode & 0o777 == 0o600
+
+
+# --- TunableOp results files: lines split where torch's reader splits (std::getline on '\n') -------------
+
+HIDDEN = "Validator,PT_VERSION,2.3.0\nValidator,GCN_ARCH_NAME,gfx942{sep}Validator,HIPBLASLT_VERSION,0.7\n"
+
+
+@pytest.mark.parametrize("sep", ["\x0c", "\u2028", "\x1e", "\x85", "\r"])
+def test_tunableop_lines_split_only_on_newline_as_torch_does(sep: str, tmp_path: Path) -> None:
+    """Issue 12's class: str.splitlines split on form feed, U+2028, ... and saw a validator torch never reads."""
+    from imagebuild import tunableop as top
+    from imagebuild.errors import ConfigError
+    from imagecontract import tunableop_csv
+    from tests.test_tunableop_image import entry
+
+    text = HIDDEN.format(sep=sep)
+    torch_reads = {"PT_VERSION": "2.3.0", "GCN_ARCH_NAME": f"gfx942{sep}Validator"}  # parts[2] of the one line
+    assert tunableop_csv.validators(text) == torch_reads
+    path = tmp_path / "r.csv"
+    path.write_bytes(text.encode("utf-8"))
+    assert entry.read_validators(path) == torch_reads  # the image entrypoint: the same reader
+    with pytest.raises(ConfigError, match=r"r\.csv:2: "):  # the host's strict check refuses the file
+        top.load(path)
+
+
+def test_crlf_results_file_is_refused_by_the_host_check(tmp_path: Path) -> None:
+    """torch keeps the `\\r` in the last field (PT_VERSION `2.3.0\\r` never validates); the host says so."""
+    from imagebuild import tunableop as top
+    from imagebuild.errors import ConfigError
+    from imagecontract import tunableop_csv
+
+    path = tmp_path / "crlf.csv"
+    path.write_bytes(b"Validator,PT_VERSION,2.3.0\r\nGemmTunableOp_Half_TN,tn_8_8_8,Gemm_Rocblas_1,0.01\r\n")
+    assert tunableop_csv.validators(tunableop_csv.read_text(path)) == {"PT_VERSION": "2.3.0\r"}
+    with pytest.raises(ConfigError, match="carriage return"):
+        top.load(path)
+
+
+def test_trailing_empty_field_is_dropped_as_getline_does() -> None:
+    from imagecontract import tunableop_csv
+
+    assert tunableop_csv.split_fields("a,b,") == ["a", "b"]
+    assert tunableop_csv.split_fields("a,,b") == ["a", "", "b"]
+    assert tunableop_csv.split_fields(",") == [""]

@@ -21,9 +21,22 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+
+def _contract_on_path() -> None:
+    """Run as a file (/opt/imagebuild/bin/tunableop-entrypoint, or from the repo): put imagecontract/ on the path."""
+    for folder in Path(__file__).resolve().parents:
+        if (folder / "imagecontract" / "__init__.py").is_file():
+            sys.path.insert(0, str(folder))
+            return
+
+
+_contract_on_path()
+from imagecontract import tunableop_csv  # noqa: E402
+from imagecontract.atomic import write_atomic  # noqa: E402
+from imagecontract.tunableop_csv import resolve_filename  # noqa: E402
 
 BAKED_DIR = Path(os.environ.get("IMAGEBUILD_TUNABLEOP_BAKED_DIR", "/opt/imagebuild/tunableop"))
 
@@ -32,23 +45,9 @@ def log(msg: str) -> None:
     print(f"tunableop-entrypoint: {msg}", file=sys.stderr, flush=True)
 
 
-def resolve_filename(pattern: str, device: int) -> str:
-    """torch's rule: the device ordinal replaces `%d`, else goes before the extension."""
-    if "%d" in pattern:
-        return pattern.replace("%d", str(device))
-    head, tail = os.path.split(pattern)
-    stem, dot, ext = tail.rpartition(".")
-    return os.path.join(head, f"{stem}{device}.{ext}" if dot and stem else f"{tail}{device}")
-
-
 def read_validators(path: Path) -> dict[str, str]:
-    """The `Validator,KEY,VALUE` lines of a results file."""
-    out: dict[str, str] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        parts = line.split(",")
-        if parts[0] == "Validator" and len(parts) == 3:
-            out[parts[1]] = parts[2]
-    return out
+    """The validators torch reads from a results file (the contract's reader: lines split where torch splits)."""
+    return tunableop_csv.validators(tunableop_csv.read_text(path))
 
 
 def pick_baked(baked_dir: Path, live: dict[str, str]) -> Path | None:
@@ -68,17 +67,7 @@ def install(source: Path, targets: list[str]) -> list[str]:
     for target in targets:
         if os.path.exists(target):
             continue
-        folder = os.path.dirname(target) or "."
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tunableop.", dir=folder)
-        os.close(fd)
-        try:
-            shutil.copyfile(source, tmp)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, target)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        write_atomic(target, source.read_bytes())  # temp file + rename, mode 0644
         written.append(target)
     return written
 

@@ -18,7 +18,18 @@ import sys
 import time
 from pathlib import Path
 
-from tunableop_entrypoint import resolve_filename  # the sibling file: one copy of torch's filename rule
+
+def _contract_on_path() -> None:
+    """Scripts run as files (in the repo, or mounted with the contract beside them): put imagecontract/ on the path."""
+    for folder in Path(__file__).resolve().parents:
+        if (folder / "imagecontract" / "__init__.py").is_file():
+            sys.path.insert(0, str(folder))
+            return
+
+
+_contract_on_path()
+from imagecontract.gpu import gpu_arch  # noqa: E402
+from imagecontract.tunableop_csv import resolve_filename  # noqa: E402
 
 TUNABLEOP_ENV = (
     "PYTORCH_TUNABLEOP_ENABLED",
@@ -43,14 +54,6 @@ def _time_ms(fn, iters: int, warmup: int = 5) -> float:  # type: ignore[no-untyp
         end.synchronize()
         samples.append(start.elapsed_time(end))
     return statistics.median(samples)
-
-
-def _arch(torch, device: int) -> str:  # type: ignore[no-untyped-def]
-    props = torch.cuda.get_device_properties(device)
-    gcn = getattr(props, "gcnArchName", None)
-    if torch.version.hip and gcn:
-        return str(gcn)
-    return f"sm_{props.major}{props.minor}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         "hip": torch.version.hip,
         "cuda": torch.version.cuda,
         "device": torch.cuda.get_device_name(args.device),
-        "arch": _arch(torch, args.device),
+        "arch": gpu_arch(torch, args.device),
         "validators": dict(tunable.get_validators()),
         "results": [list(r) for r in tunable.get_results()],
         "filename": tunable.get_filename() or target,

@@ -9,6 +9,7 @@ import click
 
 from imagebuild import tunableop as top
 from imagebuild.errors import CheckFailed, ConfigError
+from imagecontract.atomic import write_atomic
 
 _FILE = click.Path(path_type=Path, dir_okay=False)
 
@@ -100,7 +101,7 @@ def merge_cmd(out: Path, files: tuple[Path, ...]) -> None:
     """Merge per-device files with equal validators; for the same op and params keep the fastest."""
     parsed = [top.load(f) for f in files]
     merged = top.merge(parsed)
-    top.write_atomic(out, top.render(merged))
+    write_atomic(out, top.render(merged))
     total = sum(len(p.rows) for p in parsed)
     click.echo(f"{out}: {len(merged.rows)} result(s) from {total} in {len(parsed)} file(s)")
 

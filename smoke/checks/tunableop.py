@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from imagecontract import tunableop_csv
 from smoke.checks.tunableop_worker import SHAPES
 from smoke.context import Context
 from smoke.result import CheckResult
@@ -29,18 +30,8 @@ TAMPER_KEY = "PT_VERSION"
 
 
 def parse_results_file(text: str) -> tuple[dict[str, str], list[list[str]]]:
-    """(validators, rows) of a TunableOp CSV: ``Validator,KEY,VALUE``, then ``Op,Params,Solution[,ms]``."""
-    validators: dict[str, str] = {}
-    rows: list[list[str]] = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        fields = line.split(",")
-        if fields[0] == "Validator" and len(fields) >= 3:
-            validators[fields[1]] = ",".join(fields[2:])
-        else:
-            rows.append(fields)
-    return validators, rows
+    """(validators, result rows) of a TunableOp CSV as torch reads them (imagecontract.tunableop_csv)."""
+    return tunableop_csv.validators(text), tunableop_csv.results(text)
 
 
 def row_for(rows: list[list[str]], m: int, n: int, k: int) -> bool:
@@ -51,11 +42,11 @@ def row_for(rows: list[list[str]], m: int, n: int, k: int) -> bool:
 
 def tamper(text: str, key: str = TAMPER_KEY) -> str:
     """Change one validator's value: a file tuned under another torch must not be trusted."""
-    lines = text.splitlines()
+    lines = text.split("\n")  # torch's line breaks only
     for i, line in enumerate(lines):
         if line.startswith(f"Validator,{key},"):
             lines[i] = f"Validator,{key},0.0.0-smoke-tampered"
-            return "\n".join(lines) + "\n"
+            return "\n".join(lines)
     raise ValueError(f"no Validator,{key} line in the results file")
 
 
@@ -99,7 +90,7 @@ def _round_trip(res: CheckResult, tmp: Path) -> None:
     if not results.exists():
         res.fail(f"tuning wrote no results file at {results}")
         return
-    text = results.read_text(encoding="utf-8")
+    text = tunableop_csv.read_text(results)
     validators, rows = parse_results_file(text)
     res.numbers["validators"] = validators
     res.numbers["rows"] = [",".join(r) for r in rows]
