@@ -33,7 +33,7 @@ if [ -f kernels/pyproject.toml ] || [ -f kernels/setup.py ]; then
     KERNELS_OK=1
     so=$(ls "$KDIR"/imagebuild_kernels/_C*.so 2>/dev/null | head -1)
     # kernels.json as the image's builder stage writes it (code objects read from the library)
-    if [ -n "$so" ] && [ -f imagebuild/kernel_verify.py ] && "$PY" imagebuild/kernel_verify.py "$so" \
+    if [ -n "$so" ] && [ -f imagecontract/verify.py ] && "$PY" imagecontract/verify.py "$so" \
       --arch "${IB_CUDA_ARCH:-9.0}" --json-out "$OUT/kernels.json" >>"$OUT/kernels_build.log" 2>&1; then
       KJSON=(--kernels-json "$OUT/kernels.json")
     fi
