@@ -164,3 +164,13 @@ def test_every_command_prints_the_plan_the_same_way_with_dry_run(cli, tmp_path: 
     expected = "\n".join(resolve_plan(matrix_obj, matrix_obj.target("rocm6.1-torch2.3"), "gfx942", {}).describe())
     assert render_out.stdout.startswith(expected) and bake_out.stdout.startswith(expected)
     assert not (root / "build").exists(), "--dry-run wrote files"
+
+
+def test_ci_checks_the_render_and_takes_its_smoke_jobs_from_the_plan() -> None:
+    import yaml
+
+    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "images.yml").read_text())
+    scripts = [step.get("run", "") for step in workflow["jobs"]["matrix"]["steps"]]
+    assert "imagebuild render --check" in scripts
+    (compute,) = [s for s in scripts if "matrix list --json" in s]
+    assert 't["smoke"]' in compute and 't["kind"]' not in compute and 't["arches"]' not in compute
