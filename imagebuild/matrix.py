@@ -18,29 +18,97 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, model_validator
 
 from imagebuild import arches
 from imagebuild.errors import ConfigError
 
-# Characters allowed in every string of the matrix: enough for names, versions, URLs, image refs and
-# descriptions; no newline, quote, backslash, `$` or `;`, so no value can end or extend a Dockerfile line.
-_SAFE_TEXT = re.compile(r"^[A-Za-z0-9 ._:/@+=,%~#()\[\]{}*?!^-]*$")
+# Characters allowed in free text (descriptions, why, server argv, ENV values): no newline, quote, backslash,
+# `$`, backtick, `;`, `|`, `&`, `<` or `>`, so no value can end a Dockerfile line or a quoted string. Free text
+# lands only in `#` comment lines, JSON arrays, double-quoted ENV/LABEL values and the manifest, never as a bare
+# word of a shell command: every field that does has a type of its own below, and templates quote it (`| q`).
+_SAFE_TEXT = re.compile(r"[A-Za-z0-9 ._:/@+=,%~#()\[\]{}*?!^-]*")  # fullmatch: `$` would let a final newline by
+MAX_TEXT = 1024  # characters in one matrix string
+
+
+def excerpt(value: object, limit: int = 40) -> str:
+    """A value as an error quotes it: repr, cut to `limit` characters (never megabytes of input)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _safe_text(value: str) -> str:
-    bad = sorted({ch for ch in value if not _SAFE_TEXT.match(ch)})
+    if len(value) > MAX_TEXT:
+        raise ValueError(f"longer than {MAX_TEXT} characters")
+    bad = sorted({ch for ch in value if not _SAFE_TEXT.fullmatch(ch)})
     if bad:
-        shown = ", ".join(repr(ch) for ch in bad)
+        shown = ", ".join(repr(ch) for ch in bad[:8]) + (", ..." if len(bad) > 8 else "")
         raise ValueError(f"contains {shown}, which could become Dockerfile syntax (newline, quote, `$`, `;`, ...)")
     return value
 
 
+def _typed(what: str, pattern: str, check: Callable[[str], str | None] | None = None) -> Any:
+    """A string type that holds only what its field can legally hold: refused with `what` it should be."""
+    compiled = re.compile(pattern)
+
+    def validate(value: str) -> str:
+        _safe_text(value)  # newline, quote, `$`, `;`: said as such
+        if not compiled.fullmatch(value):
+            raise ValueError(f"{excerpt(value)} is not {what}")
+        problem = check(value) if check else None
+        if problem:
+            raise ValueError(f"{excerpt(value)} is not {what}: {problem}")
+        return value
+
+    return Annotated[str, AfterValidator(validate), WithJsonSchema({"type": "string", "pattern": pattern})]
+
+
+def _git_ref_problem(value: str) -> str | None:
+    """git check-ref-format's rules that a charset cannot say."""
+    if ".." in value or "//" in value or value.endswith(("/", ".", ".lock")) or "/." in value:
+        return "no `..`, `//`, `/.`, and no trailing `/`, `.` or `.lock`"
+    return None
+
+
+_SEGMENT = r"[A-Za-z0-9_][A-Za-z0-9._-]*"  # a path segment: never `.`, `..`, a hidden name or a `-flag`
 Text = Annotated[str, AfterValidator(_safe_text)]
-Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=128)]
 Commit = Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
+# The field types below are what reaches a Dockerfile or shell line: none can hold a space, `#`, a shell
+# operator or quote, and none can start with `-` (so no value becomes an option of the command it is given to).
+Url = _typed(
+    "a URL (https://host/path: letters, digits and ._~%+,=:@/-)",
+    r"(https|http|ssh|git)://[A-Za-z0-9][A-Za-z0-9._~%+,=:@/-]*",
+)
+GitRef = _typed(
+    "a git ref (branch or tag: letters, digits and ._/+-)", r"[A-Za-z0-9_][A-Za-z0-9._/+-]*", _git_ref_problem
+)
+# A path inside this repository (resolved and confined to it at load) or inside a checkout.
+RepoPath = _typed(f"a relative path (segments {_SEGMENT}, no `..`)", rf"{_SEGMENT}(/{_SEGMENT})*")
+AbsPath = _typed(f"an absolute path (/ then segments {_SEGMENT})", rf"(/{_SEGMENT})+")
+HostPath = _typed("a folder (an absolute or relative path, or file:///path)", rf"(file://)?/?{_SEGMENT}(/{_SEGMENT})*")
+FileName = _typed("a file name (letters, digits and ._%-)", r"[A-Za-z0-9_][A-Za-z0-9._%-]*")
+Version = _typed("a version (letters, digits and .+!_-)", r"[A-Za-z0-9][A-Za-z0-9.+!_-]*")
+TorchKey = _typed("a torch key (letters, digits and ._-)", r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_IMAGE_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+ImageName = _typed(
+    "an image reference without digest ([registry/]path[:tag], lower case path)",
+    rf"(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?{_IMAGE_PATH}(?:/{_IMAGE_PATH})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?",
+)
+AptPackage = _typed(
+    "a Debian package (name[:arch][=version])", r"[a-z0-9][a-z0-9+.-]+(?::[a-z0-9-]+)?(?:=[A-Za-z0-9.+~:-]+)?"
+)
+_PIP_SPEC = r"(?:===|==|~=|!=|>=|<=|>|<)[A-Za-z0-9.*+!_-]+"
+PipRequirement = _typed(
+    "a pip requirement (name[extras] and version specifiers, no URL or option)",
+    rf"[A-Za-z0-9][A-Za-z0-9._-]*(?:\[[A-Za-z0-9._-]+(?:,[A-Za-z0-9._-]+)*\])?(?:{_PIP_SPEC}(?:,{_PIP_SPEC})*)?",
+)
+Program = _typed("a program (a name on PATH or an absolute path)", rf"/?{_SEGMENT}(/{_SEGMENT})*")
+HttpPath = _typed("an HTTP path (/ then letters, digits and ._~/-)", r"/[A-Za-z0-9._~/-]*")
+AttentionKey = _typed("an arch or `cpu` (letters, digits, _ and :feature+/-)", r"[a-z0-9_]+(?::[a-z0-9]+[+-])*")
+TargetName = _typed("a target name template (letters, digits, ._- and {platform} / {torch})", r"[A-Za-z0-9{}._-]+")
 PlatformKind = Literal["rocm", "cuda", "cpu"]
 ArchVariable = Literal[
     "PYTORCH_ROCM_ARCH",
@@ -66,6 +134,7 @@ def _known_arch(value: str) -> str:
 
 
 def _arch_name(value: str) -> str:
+    _safe_text(value)  # the arch parser quotes what it refuses: never a newline or a control character
     try:
         return _known_arch(value)
     except ConfigError as exc:
@@ -80,22 +149,39 @@ class Strict(BaseModel):
 
 
 class Settings(Strict):
-    require_pins: bool = False
-    allow_experimental: bool = False
+    require_pins: bool = Field(
+        default=False,
+        description="Make every unpinned source, patch and base image an error instead of a warning.",
+    )
+    allow_experimental: bool = Field(
+        default=False,
+        description="Accept arches components mark experimental in every target (else pass --allow-experimental).",
+    )
 
 
 class Source(Strict):
     """Where a source comes from: a git commit, a URL with a checksum, or a path in this repository."""
 
-    git: Text | None = None
-    ref: Text | None = None
-    commit: Commit | None = None
-    url: Text | None = None
-    sha256: Sha256 | None = None
-    path: Text | None = None
+    git: Url | None = Field(default=None, description="Git repository URL to check out (give commit to pin it).")
+    ref: GitRef | None = Field(
+        default=None,
+        description="Branch or tag to fetch when no commit is given (unpinned: render warns).",
+    )
+    commit: Commit | None = Field(default=None, description="Full 40-hex commit to check out: the pin of a git source.")
+    url: Url | None = Field(default=None, description="URL of an archive or file to download (give sha256 to pin it).")
+    sha256: Sha256 | None = Field(default=None, description="Checksum of the file at url: the pin of a url source.")
+    path: RepoPath | None = Field(
+        default=None,
+        description="A file or folder of this repository (confined to it at load).",
+    )
     # The directory of the checkout that holds the setup.py to build (flash-attention's csrc/rotary): relative,
     # segments that cannot start with `.` (so no `..`, no absolute path), so the build stays inside the checkout.
-    subdir: Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*$")] | None = None
+    subdir: Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*$")] | None = (
+        Field(
+            default=None,
+            description="Folder of the checkout holding the setup.py to build (relative; no `..`).",
+        )
+    )
 
     @model_validator(mode="after")
     def _one_kind(self) -> Source:
@@ -120,50 +206,93 @@ class Source(Strict):
 
 
 class Patch(Source):
-    name: Name
-    description: Text = ""
+    name: Name = Field(description="Name of the patch (listed in the io.imagebuild.patches label).")
+    description: Text = Field(default="", description="What the patch fixes, for readers.")
 
 
 class Platform(Strict):
-    kind: PlatformKind
-    version: Text | None = None
-    base_image: Text
-    base_digest: Digest | None = None
-    python: Text = "python3"
-    python_version: Text
-    arches: list[ArchName] = []
-    default_arches: list[ArchName] = []
-    apt_packages: list[Text] = []
-    pip_packages: list[Text] = []
-    env: dict[EnvName, Text] = {}
+    kind: PlatformKind = Field(description="GPU vendor stack: rocm, cuda or cpu.")
+    version: Version | None = Field(
+        default=None,
+        description="ROCm or CUDA version of the base image (e.g. 6.1, 12.1).",
+    )
+    base_image: ImageName = Field(description="Image the base stage starts FROM.")
+    base_digest: Digest | None = Field(
+        default=None,
+        description="sha256 digest pinning base_image (unpinned: render warns).",
+    )
+    python: Program = Field(default="python3", description="Python interpreter the stages run.")
+    python_version: Version = Field(description="Python version of that interpreter (recorded in the manifest).")
+    arches: list[ArchName] = Field(
+        default=[],
+        description="GPU targets this platform can build for (e.g. gfx90a, sm_90).",
+    )
+    default_arches: list[ArchName] = Field(
+        default=[],
+        description="Arches built when neither --arch nor PYTORCH_ROCM_ARCH / TORCH_CUDA_ARCH_LIST is given.",
+    )
+    apt_packages: list[AptPackage] = Field(default=[], description="Debian packages the base stage installs.")
+    pip_packages: list[PipRequirement] = Field(default=[], description="Python packages the base stage installs.")
+    env: dict[EnvName, Text] = Field(default={}, description="Environment variables set in the base and final stages.")
 
 
 class Companion(Strict):
     """A package that must ship with this torch build (Triton for a ROCm source build), pinned, from an index."""
 
-    name: Name
-    version: Text
-    index_url: Text
-    why: Text = ""
+    name: Name = Field(description="Package that must ship with this torch build (Triton for a ROCm source build).")
+    version: Version = Field(description="Its pinned version.")
+    index_url: Url = Field(description="Package index it comes from.")
+    why: Text = Field(default="", description="Why it is needed, for readers.")
 
 
 class TorchBuild(Strict):
-    obtain: Literal["wheel", "source"]
-    index_url: Text | None = None
-    find_links: Text | None = None
-    source: Source | None = None
-    patches: list[Patch] = []
+    obtain: Literal["wheel", "source"] = Field(
+        description="wheel: install a built torch; source: build torch in the image.",
+    )
+    index_url: Url | None = Field(default=None, description="Package index of the torch wheel (obtain: wheel).")
+    find_links: HostPath | None = Field(
+        default=None,
+        description="Local folder of torch wheels (obtain: wheel; PIP_FIND_LINKS overrides it).",
+    )
+    source: Source | None = Field(default=None, description="Where the torch source comes from (obtain: source).")
+    patches: list[Patch] = Field(
+        default=[],
+        description="Patches applied to the source before the build; each must apply or the build fails.",
+    )
     # `+local` part of torch.__version__: the wheel index's label (cu121), or what a source build is stamped with
     # through PYTORCH_BUILD_VERSION; manifest, labels and the pip constraint all use the same string.
-    local_version: LocalVersion | None = None
-    build_requires: list[PinnedRequirement] = []
-    companions: list[Companion] = []
-    arch_vars: dict[ArchVariable, ArchForm] = {}
-    supported: list[ArchName] = []
-    experimental: list[ArchName] = []
-    build_env: dict[EnvName, Text] = {}
-    max_jobs: int | None = Field(default=None, ge=1, le=512)
-    attention: dict[Text, list[Backend]] = {}
+    local_version: LocalVersion | None = Field(
+        default=None,
+        description="The `+local` part of torch.__version__ (cu121); manifest, labels and pip constraint use it.",
+    )
+    build_requires: list[PinnedRequirement] = Field(
+        default=[],
+        description="Pinned packages installed before torch is built.",
+    )
+    companions: list[Companion] = Field(
+        default=[],
+        description="Packages that must ship with this torch build, pinned.",
+    )
+    arch_vars: dict[ArchVariable, ArchForm] = Field(
+        default={},
+        description="Arch variables the torch build reads, each with the form it accepts.",
+    )
+    supported: list[ArchName] = Field(default=[], description="Arches this torch build supports.")
+    experimental: list[ArchName] = Field(default=[], description="Arches it builds only with --allow-experimental.")
+    build_env: dict[EnvName, Text] = Field(
+        default={},
+        description="Build switches (USE_*, BUILD_*) set in the torch build stage.",
+    )
+    max_jobs: int | None = Field(
+        default=None,
+        ge=1,
+        le=512,
+        description="Parallel compile jobs (MAX_JOBS) of the torch build.",
+    )
+    attention: dict[AttentionKey, list[Backend]] = Field(
+        default={},
+        description="Per arch (or cpu), the SDPA backends the image promises; the smoke suite forces each.",
+    )
 
     @model_validator(mode="after")
     def _how(self) -> TorchBuild:
@@ -177,8 +306,8 @@ class TorchBuild(Strict):
 
 
 class Torch(Strict):
-    version: Text
-    builds: dict[PlatformKind, TorchBuild]
+    version: Version = Field(description="PyTorch version (without the local part).")
+    builds: dict[PlatformKind, TorchBuild] = Field(description="How torch is obtained on each platform kind.")
 
     def reported_version(self, kind: PlatformKind) -> str:
         """What `torch.__version__` says in an image of this platform kind."""
@@ -188,57 +317,109 @@ class Torch(Strict):
 
 
 class Component(Strict):
-    description: Text = ""
-    kind: Literal["kernels", "python-ext"]
-    platforms: list[PlatformKind]
-    source: Source
+    description: Text = Field(default="", description="What the component is, written into the Dockerfile.")
+    kind: Literal["kernels", "python-ext"] = Field(
+        description="kernels: imagebuild's own ops; python-ext: a Python extension built from source.",
+    )
+    platforms: list[PlatformKind] = Field(description="Platform kinds it is built for.")
+    source: Source = Field(description="Where its source comes from.")
     # The variables this component's build reads (env var, as its setup.py / CMake reads them), each with the
     # form it accepts; a variable of another vendor is ignored on that platform.
-    arch_vars: dict[ArchVariable, ArchForm] = {}
-    fixed_arches: list[ArchName] = []  # arches its build hard-codes (e.g. -gencode flags in setup.py)
-    supported: list[ArchName] = []
-    experimental: list[ArchName] = []
-    optional: bool = False
-    max_jobs: int | None = Field(default=None, ge=1, le=512)
-    build_requires: list[PinnedRequirement] = []  # what its setup.py imports, installed before the build
-    build_env: dict[EnvName, Text] = {}  # switches its build reads (e.g. forcing a local build)
+    arch_vars: dict[ArchVariable, ArchForm] = Field(
+        default={},
+        description="Arch variables its build reads (as its setup.py / CMake reads them), each with its form.",
+    )
+    fixed_arches: list[ArchName] = Field(
+        default=[],
+        description="Arches its build hard-codes whatever the variables say (e.g. -gencode flags in setup.py).",
+    )
+    supported: list[ArchName] = Field(default=[], description="Arches it supports.")
+    experimental: list[ArchName] = Field(default=[], description="Arches it builds only with --allow-experimental.")
+    optional: bool = Field(
+        default=False,
+        description="Leave it out (and say so) when an arch is unsupported, instead of failing.",
+    )
+    max_jobs: int | None = Field(
+        default=None,
+        ge=1,
+        le=512,
+        description="Parallel compile jobs (MAX_JOBS) of its build.",
+    )
+    build_requires: list[PinnedRequirement] = Field(
+        default=[],
+        description="Pinned packages its setup.py imports, installed before the build.",
+    )
+    build_env: dict[EnvName, Text] = Field(
+        default={},
+        description="Switches its build reads (e.g. forcing a local build).",
+    )
 
 
 class TgiServer(Strict):
     """How TGI's Python server is installed on one platform kind: its pinned requirements file and extras."""
 
-    requirements: Text  # a file in TGI's server/ directory, e.g. requirements_rocm.txt
-    extras: list[Name] = []  # the extras whose packages the server's modules import at top level
+    requirements: RepoPath = Field(
+        description="Requirements file in TGI's server/ directory (e.g. requirements_rocm.txt).",
+    )
+    extras: list[Name] = Field(
+        default=[],
+        description="Extras whose packages the server's modules import at top level.",
+    )
 
 
 class TgiAttention(Strict):
     """Per platform kind, the components TGI's flash / paged attention import: all included for an arch -> promised."""
 
-    flash: dict[PlatformKind, list[Name]] = {}
-    paged: dict[PlatformKind, list[Name]] = {}
+    flash: dict[PlatformKind, list[Name]] = Field(
+        default={},
+        description="Per platform kind, what TGI's flash attention imports (all built for an arch: a promise).",
+    )
+    paged: dict[PlatformKind, list[Name]] = Field(
+        default={},
+        description="Per platform kind, what TGI's paged attention imports (all built for an arch: a promise).",
+    )
 
 
 class TgiRuntime(Strict):
     """text-generation-inference: Rust launcher and router built from source, Python server built against torch."""
 
-    kind: Literal["tgi"]
-    description: Text = ""
-    source: Source
-    builder_image: Text
-    builder_digest: Digest | None = None
-    rust_toolchain: Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")]  # TGI's rust-toolchain.toml channel
-    entrypoint: Text
-    binaries: list[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")]]  # cargo outputs the image ships
-    server: dict[PlatformKind, TgiServer]
-    apt_packages: list[Text] = []  # what the binaries need at run time (the router links OpenSSL)
-    env: dict[EnvName, Text] = {}
-    default_args: list[Text] = []  # CMD: the entrypoint's arguments when `docker run IMAGE` gives none
-    serve: list[Text]  # argv after the entrypoint; `{model}` and `{port}` are filled in by whoever starts it
-    serve_env: dict[EnvName, Text] = {}
-    health: Text = "/health"
-    api: Literal["tgi"] = "tgi"
-    startup_timeout_s: int = Field(default=900, ge=1)
-    attention: TgiAttention = TgiAttention()
+    kind: Literal["tgi"] = Field(
+        description="tgi: text-generation-inference (Rust launcher and router, Python server).",
+    )
+    description: Text = Field(default="", description="What the runtime is, written into the Dockerfile.")
+    source: Source = Field(description="TGI source, pinned by commit.")
+    builder_image: ImageName = Field(description="Rust image the launcher and router are built in.")
+    builder_digest: Digest | None = Field(default=None, description="sha256 digest pinning builder_image.")
+    rust_toolchain: Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")] = Field(
+        description="Channel of TGI's rust-toolchain.toml; builder_image must carry it.",
+    )
+    entrypoint: Program = Field(description="The runtime's main program (one of binaries).")
+    binaries: list[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")]] = Field(
+        description="Cargo outputs the image ships.",
+    )
+    server: dict[PlatformKind, TgiServer] = Field(
+        description="How the Python server is installed on each platform kind.",
+    )
+    apt_packages: list[AptPackage] = Field(
+        default=[],
+        description="Debian packages the binaries need at run time (the router links OpenSSL).",
+    )
+    env: dict[EnvName, Text] = Field(default={}, description="Environment variables of the final stage.")
+    default_args: list[Text] = Field(
+        default=[],
+        description="CMD: the entrypoint's arguments when `docker run IMAGE` gives none.",
+    )
+    serve: list[Text] = Field(
+        description="argv after the entrypoint that serves a model; `{model}` and `{port}` are filled in.",
+    )
+    serve_env: dict[EnvName, Text] = Field(default={}, description="Environment added when the smoke suite serves.")
+    health: HttpPath = Field(default="/health", description="HTTP path that answers 200 once the server can generate.")
+    api: Literal["tgi"] = Field(default="tgi", description="Request flavour of the generate API.")
+    startup_timeout_s: int = Field(default=900, ge=1, description="Seconds the smoke suite waits for health.")
+    attention: TgiAttention = Field(
+        default=TgiAttention(),
+        description="Which components TGI's flash / paged attention need.",
+    )
 
     @model_validator(mode="after")
     def _builder_has_toolchain(self) -> TgiRuntime:
@@ -256,16 +437,23 @@ class TgiRuntime(Strict):
 class PipRuntime(Strict):
     """A serving runtime installed from the package index, every package pinned by a requirements file."""
 
-    kind: Literal["pip"]
-    description: Text = ""
+    kind: Literal["pip"] = Field(description="pip: a runtime installed from the package index.")
+    description: Text = Field(default="", description="What the runtime is, written into the Dockerfile.")
     # A file in this repository holding every package as `name==version --hash=sha256:...`, torch excluded.
-    requirements: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*$")]
-    entrypoint: Text
-    serve: list[Text]  # argv after the entrypoint; `{model}` and `{port}` are filled in by whoever starts it
-    serve_env: dict[EnvName, Text] = {}
-    health: Text = "/health"
-    api: Literal["openai", "tgi"] = "openai"
-    startup_timeout_s: int = Field(default=300, ge=1)
+    requirements: RepoPath = Field(
+        description="File of this repository pinning every package (`name==version --hash=sha256:...`), not torch.",
+    )
+    entrypoint: Program = Field(description="The runtime's main program (on PATH in the image).")
+    serve: list[Text] = Field(
+        description="argv after the entrypoint that serves a model; `{model}` and `{port}` are filled in.",
+    )
+    serve_env: dict[EnvName, Text] = Field(default={}, description="Environment added when the smoke suite serves.")
+    health: HttpPath = Field(default="/health", description="HTTP path that answers 200 once the server can generate.")
+    api: Literal["openai", "tgi"] = Field(
+        default="openai",
+        description="Request flavour: openai (/v1/completions) or tgi (/generate).",
+    )
+    startup_timeout_s: int = Field(default=300, ge=1, description="Seconds the smoke suite waits for health.")
 
 
 Runtime = Annotated[TgiRuntime | PipRuntime, Field(discriminator="kind")]
@@ -273,42 +461,58 @@ RUNTIME_KINDS = ("tgi", "pip")
 
 
 class TunableOp(Strict):
-    enabled: bool = True
-    tuning: bool = False
-    results_dir: Text = "/data/tunableop"
-    filename: Text = "tunableop_results%d.csv"
-    max_tuning_duration_ms: int | None = Field(default=None, ge=1)
+    enabled: bool = Field(default=True, description="PYTORCH_TUNABLEOP_ENABLED in the image.")
+    tuning: bool = Field(default=False, description="PYTORCH_TUNABLEOP_TUNING in the image (tune at run time).")
+    results_dir: AbsPath = Field(
+        default="/data/tunableop",
+        description="Folder of the results files in the image (mount /data to keep them).",
+    )
+    filename: FileName = Field(
+        default="tunableop_results%d.csv",
+        description="Results file name; %d is the GPU ordinal.",
+    )
+    max_tuning_duration_ms: int | None = Field(
+        default=None,
+        ge=1,
+        description="PYTORCH_TUNABLEOP_MAX_TUNING_DURATION_MS in the image.",
+    )
 
 
 class Axes(Strict):
-    platform: list[Name]
-    torch: list[Text]
+    platform: list[Name] = Field(description="Platforms to cross with torch versions.")
+    torch: list[TorchKey] = Field(description="Torch versions (keys of `torch`) to cross with platforms.")
 
 
 class Combo(Strict):
-    platform: Name | None = None
-    torch: Text | None = None
+    platform: Name | None = Field(default=None, description="A platform of the axes.")
+    torch: TorchKey | None = Field(default=None, description="A torch key of the axes.")
 
 
 class TargetGroup(Strict):
-    name: Text
-    axes: Axes
-    components: list[Name] = []
-    runtime: Name | None = None
-    include: list[Combo] = []
-    exclude: list[Combo] = []
-    allow_experimental: bool = False
+    name: TargetName = Field(description="Target name template; {platform} and {torch} are filled in.")
+    axes: Axes = Field(description="Platforms and torch versions crossed into targets.")
+    components: list[Name] = Field(
+        default=[],
+        description="Components built into these targets (those for other platform kinds are skipped).",
+    )
+    runtime: Name | None = Field(default=None, description="Serving runtime of these targets (a key of `runtimes`).")
+    include: list[Combo] = Field(default=[], description="Combinations added to the cross product.")
+    exclude: list[Combo] = Field(default=[], description="Combinations removed from the cross product.")
+    allow_experimental: bool = Field(default=False, description="Accept experimental arches for these targets.")
 
 
 class MatrixModel(Strict):
-    schema_version: Literal[1]
-    settings: Settings = Settings()
-    platforms: dict[Name, Platform]
-    torch: dict[Text, Torch]
-    components: dict[Name, Component] = {}
-    runtimes: dict[Name, Runtime] = {}
-    tunableop: TunableOp = TunableOp()
-    targets: list[TargetGroup]
+    schema_version: Literal[1] = Field(description="Version of this file's format (1).")
+    settings: Settings = Field(default=Settings(), description="Matrix-wide switches.")
+    platforms: dict[Name, Platform] = Field(description="Base images with their GPU stack and arches, by name.")
+    torch: dict[TorchKey, Torch] = Field(description="PyTorch versions and how each platform kind obtains them.")
+    components: dict[Name, Component] = Field(
+        default={},
+        description="Kernel packages and extensions built per arch, by name.",
+    )
+    runtimes: dict[Name, Runtime] = Field(default={}, description="Serving runtimes, by name.")
+    tunableop: TunableOp = Field(default=TunableOp(), description="TunableOp defaults of every image.")
+    targets: list[TargetGroup] = Field(description="Target groups: axes crossed into the images to build.")
 
 
 # --- loading with positions ---------------------------------------------------------------------------
@@ -450,8 +654,12 @@ def _build(loader: yaml.SafeLoader, node: yaml.Node, path: KeyPath, pos: _Positi
 
 
 def format_path(path: KeyPath) -> str:
+    """`torch.2.3.builds.rocm.patches[0]`; a key that is not a plain name is quoted (and cut short), so a hostile
+    key cannot spread an error over lines or screens."""
     text = ""
     for part in path:
+        if isinstance(part, str) and not re.fullmatch(r"[A-Za-z0-9_.+-]{1,64}", part):
+            part = excerpt(part)
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text or "(top level)"
 
@@ -542,11 +750,11 @@ def _describe_validation(exc: ValidationError, pos: _Positions, file: Path) -> C
             got = error.get("input")
             close = difflib.get_close_matches(str(got), re.findall(r"'([^']+)'", expected), n=1, cutoff=0.6)
             hint = f"; did you mean '{close[0]}'?" if close else ""
-            message = f"expected {expected}, got {got!r}{hint}"
+            message = f"expected {expected}, got {excerpt(got)}{hint}"
             mark = pos.find(path)
         else:
             reason = error["msg"].removeprefix("Value error, ")
-            message = f"{reason} (got {error.get('input')!r})" if kind != "value_error" else reason
+            message = f"{reason} (got {excerpt(error.get('input'))})" if kind != "value_error" else reason
             mark = pos.find(path)
         where = f"{file}:{mark.line + 1}:{mark.column + 1}: " if mark else ""
         messages.append(f"{where}{format_path(path)}: {message}")
@@ -709,7 +917,12 @@ def _check_references(model: MatrixModel, pos: _Positions, file: Path) -> list[T
                     if arches.PLATFORM_VENDOR[kind] != arches.parse_target(arch).vendor:
                         raise fail(("torch", key, "builds", kind, field_name, i), f"{arch} is not a {kind} arch")
             if kind != "cpu":
-                covered = {arches.parse_target(a).processor for a in build.attention}
+                covered = set()
+                for arch in build.attention:
+                    try:
+                        covered.add(arches.parse_target(arch).processor)
+                    except ConfigError as exc:
+                        raise fail(("torch", key, "builds", kind, "attention", arch), str(exc)) from None
                 missing = sorted(set(build.supported + build.experimental) - covered)
                 if missing:
                     raise fail(
@@ -739,6 +952,7 @@ def _check_references(model: MatrixModel, pos: _Positions, file: Path) -> list[T
                 ("components", name, "experimental"), f"{', '.join(sorted(both))} listed as supported and experimental"
             )
 
+    _check_sources(model, file, fail)
     targets: list[Target] = []
     seen: dict[str, KeyPath] = {}
     for g, group in enumerate(model.targets):
@@ -792,8 +1006,12 @@ def _check_references(model: MatrixModel, pos: _Positions, file: Path) -> list[T
                 name = group.name.format(platform=combo.platform, torch=combo.torch)
             except (KeyError, IndexError, ValueError) as exc:
                 raise fail((*gpath, "name"), f"bad name template ({exc}); use {{platform}} and {{torch}}") from None
-            if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", name):
-                raise fail((*gpath, "name"), f"target name '{name}' is not a valid image tag")
+            if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", name) or len(name) > MAX_TAG:
+                raise fail(
+                    (*gpath, "name"),
+                    f"target name {excerpt(name)} is not a valid image tag "
+                    f"(at most {MAX_TAG} characters: a-z, 0-9, '.', '_', '-', starting with a letter or digit)",
+                )
             if name in seen:
                 raise fail((*gpath, "name"), f"target name '{name}' repeats the one of {format_path(seen[name])}")
             seen[name] = gpath
@@ -826,6 +1044,53 @@ def _check_references(model: MatrixModel, pos: _Positions, file: Path) -> list[T
     return targets
 
 
+MAX_TAG = 128  # an image tag: [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}, and target names are tags
+
+
+def _check_sources(model: MatrixModel, file: Path, fail: Callable[..., ConfigError]) -> None:
+    """Each source is of the kind its template renders (a git checkout, a URL, a repository path), and every
+    repository path stays inside the repository once symlinks are resolved: nothing renders `None` into a
+    command, and no COPY reaches outside the build context."""
+    root = file.resolve().parent
+
+    def confined(where: KeyPath, relative: str) -> None:
+        resolved = (root / relative).resolve()
+        if not resolved.is_relative_to(root):
+            raise fail(
+                where, f"{excerpt(relative)} leaves the repository {root} (resolves to {excerpt(str(resolved))})"
+            )
+
+    def need(where: KeyPath, source: Source, kind: str, why: str) -> None:
+        if getattr(source, kind) is None:
+            raise fail(where, f"needs a {kind} source: {why}")
+
+    for key, torch in model.torch.items():
+        for kind, build in torch.builds.items():
+            where: KeyPath = ("torch", key, "builds", kind)
+            if build.source is not None:
+                need((*where, "source"), build.source, "git", "a torch source build is a git checkout")
+            for i, patch in enumerate(build.patches):
+                if patch.url is None and (patch.git is None or patch.commit is None):
+                    raise fail(
+                        (*where, "patches", i),
+                        "a patch is a url (with sha256) or a git commit (git and commit); "
+                        "the torch template applies nothing else",
+                    )
+    for name, component in model.components.items():
+        where = ("components", name, "source")
+        if component.kind == "kernels":
+            need(where, component.source, "path", "a kernels component is copied from this repository")
+        else:
+            need(where, component.source, "git", "a python-ext component is built from a git checkout")
+        if component.source.path is not None:
+            confined((*where, "path"), component.source.path)
+    for name, runtime in model.runtimes.items():
+        if isinstance(runtime, TgiRuntime):
+            need(("runtimes", name, "source"), runtime.source, "git", "TGI is built from a git checkout")
+        else:
+            confined(("runtimes", name, "requirements"), runtime.requirements)
+
+
 def _check_runtime_refs(model: MatrixModel, name: str | None, fail: Callable[..., ConfigError]) -> None:
     """Components named by a TGI runtime's attention needs exist (a typo would silently drop a promise)."""
     runtime = model.runtimes.get(name) if name else None
@@ -847,6 +1112,12 @@ def _matches(rule: Combo, combo: Combo) -> bool:
 
 def load_text(text: str, path: Path) -> Matrix:
     """Parse and validate matrix text; every problem is a ConfigError naming file:line:column."""
+    data, pos = parse_text(text, path)
+    return validate(data, pos, path, hashlib.sha256(text.encode()).hexdigest())
+
+
+def parse_text(text: str, path: Path) -> tuple[Any, _Positions]:
+    """The data of matrix text and the line/column of each key and value, bounded (size, depth, aliases)."""
     if len(text) > MAX_MATRIX_BYTES:
         raise ConfigError(f"{path}: the matrix is larger than {MAX_MATRIX_BYTES} bytes")
     loader: _BoundedLoader | None = None
@@ -872,6 +1143,11 @@ def load_text(text: str, path: Path) -> Matrix:
     finally:
         if loader is not None:
             loader.dispose()
+    return data, pos
+
+
+def validate(data: Any, pos: _Positions, path: Path, sha256: str) -> Matrix:
+    """Validate parsed matrix data (values and where each stands in `path`): the models, then the cross-checks."""
     if not isinstance(data, dict):
         raise ConfigError(f"{path}:1:1: the matrix must be a mapping of sections (platforms, torch, ...)")
     try:
@@ -879,7 +1155,7 @@ def load_text(text: str, path: Path) -> Matrix:
     except ValidationError as exc:
         raise _describe_validation(exc, pos, path) from None
     targets = _check_references(model, pos, path)
-    return Matrix(model, path, hashlib.sha256(text.encode()).hexdigest(), targets)
+    return Matrix(model, path, sha256, targets)
 
 
 def load_matrix(path: Path) -> Matrix:

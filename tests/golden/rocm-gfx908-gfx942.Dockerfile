@@ -55,8 +55,8 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=pipcert --mount=type=secret,id=pipindex \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
     && if [ -s /run/secrets/pipindex ]; then PIP_INDEX_URL="$(cat /run/secrets/pipindex)" && export PIP_INDEX_URL; fi \
-    && printf '%s\n' 'numpy==1.26.4' 'mkl-static==2024.1.0' 'mkl-include==2024.1.0' > /tmp/torch-build-pins.txt \
-    && pip install -c /tmp/torch-build-pins.txt 'numpy==1.26.4' 'mkl-static==2024.1.0' 'mkl-include==2024.1.0' -r requirements.txt
+    && printf '%s\n' numpy==1.26.4 mkl-static==2024.1.0 mkl-include==2024.1.0 > /tmp/torch-build-pins.txt \
+    && pip install -c /tmp/torch-build-pins.txt numpy==1.26.4 mkl-static==2024.1.0 mkl-include==2024.1.0 -r requirements.txt
 RUN python3 tools/amd_build/build_amd.py
 RUN --mount=type=cache,target=/root/.cache/ccache \
     python3 setup.py bdist_wheel -d /wheels \
@@ -75,11 +75,11 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=pipcert --mount=type=secret,id=pipindex \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
     && if [ -s /run/secrets/pipindex ]; then PIP_INDEX_URL="$(cat /run/secrets/pipindex)" && export PIP_INDEX_URL; fi \
-    && pip install --no-deps --index-url https://download.pytorch.org/whl/rocm6.0 'pytorch-triton-rocm==2.3.0'
+    && pip install --no-deps --index-url https://download.pytorch.org/whl/rocm6.0 pytorch-triton-rocm==2.3.0
 # Every later pip call (components, runtime, final) keeps this torch: a requirement that wants another fails.
 RUN mkdir -p /opt/imagebuild \
-    && printf '%s\n' 'torch==2.3.0+rocm6.1' 'numpy==1.26.4' 'mkl-static==2024.1.0' 'mkl-include==2024.1.0' 'pytorch-triton-rocm==2.3.0' > /opt/imagebuild/constraints.txt \
-    && python3 -c 'import sys, torch; v = torch.__version__; sys.exit(0 if v == "2.3.0+rocm6.1" else "torch " + v + ", expected 2.3.0+rocm6.1")'
+    && printf '%s\n' torch==2.3.0+rocm6.1 numpy==1.26.4 mkl-static==2024.1.0 mkl-include==2024.1.0 pytorch-triton-rocm==2.3.0 > /opt/imagebuild/constraints.txt \
+    && python3 -c 'import sys, torch; v, want = torch.__version__, sys.argv[1]; sys.exit(0 if v == want else f"torch {v}, expected {want}")' 2.3.0+rocm6.1
 ENV PIP_CONSTRAINT=/opt/imagebuild/constraints.txt
 
 # ---- component-imagebuild-kernels: the SiLU-and-mul and skinny linear ops (kernels/) ----
@@ -99,7 +99,7 @@ COPY imagecontract/ /opt/imagebuild/imagecontract/
 RUN pip install --no-cache-dir --no-deps /wheels/*.whl \
     && python3 /opt/imagebuild/imagecontract/verify.py \
        "$(python3 -c 'import imagebuild_kernels; print(imagebuild_kernels.library_path())')" \
-       --arch "gfx908;gfx942" --json-out /opt/imagebuild/kernels.json
+       --arch 'gfx908;gfx942' --json-out /opt/imagebuild/kernels.json
 
 # ---- component-vllm-rocm: vLLM ROCm fork, paged attention and the AMD SiLU / skinny GEMM ops ----
 FROM torch AS component-vllm-rocm
@@ -120,7 +120,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=pipcert --mount=type=secret,id=pipindex \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
     && if [ -s /run/secrets/pipindex ]; then PIP_INDEX_URL="$(cat /run/secrets/pipindex)" && export PIP_INDEX_URL; fi \
-    && pip install 'packaging==24.0'
+    && pip install packaging==24.0
 # Compiled here: the build tree must hold object files, so no prebuilt wheel slipped in.
 RUN --mount=type=cache,target=/root/.cache/ccache \
     --mount=type=cache,target=/root/.cache/pip \
@@ -142,7 +142,7 @@ RUN git init -q runtime \
     && git -C runtime submodule update -q --init --recursive --depth 1
 # The builder must be the toolchain rust-toolchain.toml names, or rustup fetches another one mid-build.
 RUN channel="$(sed -n 's/^channel *= *"\([^"]*\)".*/\1/p' runtime/rust-toolchain.toml)" \
-    && if [ "${channel}" != "1.78.0" ]; then echo "error: rust-toolchain.toml pins '${channel}', the matrix 1.78.0" >&2; exit 1; fi
+    && if [ "${channel}" != 1.78.0 ]; then printf "error: rust-toolchain.toml pins '%s', the matrix %s\n" "${channel}" 1.78.0 >&2; exit 1; fi
 
 # ---- runtime-build: the Rust launcher, router and benchmark (cargo workspace; protoc for the router's gRPC client) ----
 FROM rust:1.78.0-bookworm AS runtime-build
@@ -157,7 +157,7 @@ WORKDIR /src/runtime
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
     --mount=type=cache,target=/src/runtime/target \
-    if [ "$(rustc --version | cut -d' ' -f2)" != "1.78.0" ]; then echo "error: rustc is not 1.78.0: $(rustc --version)" >&2; exit 1; fi \
+    if [ "$(rustc --version | cut -d' ' -f2)" != 1.78.0 ]; then printf 'error: rustc is not %s: %s\n' 1.78.0 "$(rustc --version)" >&2; exit 1; fi \
     && cargo build --release --locked \
     && install -m 0755 target/release/text-generation-launcher target/release/text-generation-router target/release/text-generation-benchmark /usr/local/bin/
 
@@ -183,8 +183,8 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     && test -s text_generation_server/pb/generate_pb2.py \
     && pip wheel --no-deps -w /wheels . \
     && python3 -c 'import glob, sys, zipfile; names = zipfile.ZipFile(glob.glob("/wheels/*.whl")[0]).namelist(); sys.exit(0 if "text_generation_server/pb/generate_pb2.py" in names else "the server wheel lacks its generated gRPC stubs")' \
-    && cp "requirements_rocm.txt" /wheels/requirements.txt \
-    && for wheel in /wheels/*.whl; do echo "/tmp/wheels/runtime-server/${wheel##*/}[accelerate,peft,outlines]"; done > /wheels/server.txt
+    && cp requirements_rocm.txt /wheels/requirements.txt \
+    && for wheel in /wheels/*.whl; do echo "/tmp/wheels/runtime-server/${wheel##*/}"'[accelerate,peft,outlines]'; done > /wheels/server.txt
 
 # ---- final: what ships ----
 FROM torch AS final
@@ -240,8 +240,13 @@ VOLUME ["/data"]
 WORKDIR /opt/imagebuild
 ENTRYPOINT ["/opt/imagebuild/bin/tunableop-entrypoint", "--default-command", "text-generation-launcher", "--ldconfig", "--"]
 CMD ["--json-output"]
-LABEL org.opencontainers.image.title="imagebuild rocm6.1-torch2.3" \
+LABEL org.opencontainers.image.title="rocm6.1-torch2.3" \
+      org.opencontainers.image.version="2.3.0+rocm6.1" \
       io.imagebuild.target="rocm6.1-torch2.3" \
       io.imagebuild.platform="rocm6.1" \
       io.imagebuild.torch="2.3.0+rocm6.1" \
-      io.imagebuild.arches="gfx908;gfx942"
+      io.imagebuild.arches="gfx908;gfx942" \
+      io.imagebuild.patches="" \
+      io.imagebuild.torch-source="https://github.com/fxmarty/pytorch@ceaa1e4a7b66e818ea4e56925bb4a5dff8c56055" \
+      io.imagebuild.components="{\"flash-attention\":\"excluded\",\"flash-attention-ck\":\"excluded\",\"flash-attention-layer-norm\":\"excluded\",\"flash-attention-rotary\":\"excluded\",\"imagebuild-kernels\":[\"gfx908\",\"gfx942\"],\"vllm-cuda\":\"excluded\",\"vllm-rocm\":[\"gfx908\",\"gfx942\"]}" \
+      io.imagebuild.versions="{\"cuda\":null,\"python\":\"3.10\",\"rocm\":\"6.1\",\"torch\":\"2.3.0+rocm6.1\"}"
