@@ -6,6 +6,7 @@ files are byte-identical across runs and machines and `render --check` can gate 
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 from dataclasses import dataclass, field
@@ -73,6 +74,7 @@ def _no_none(value: object) -> object:
     return value
 
 
+@functools.lru_cache(maxsize=8)  # compiled once per process; the loader still reloads a template that changed
 def environment(templates: Path) -> jinja2.Environment:
     if not templates.is_dir():
         raise ConfigError(f"no templates directory at {templates}")
