@@ -1,9 +1,12 @@
-"""`imagebuild kernels verify`: which GPU code objects a built library holds, against the requested arches."""
+"""`imagebuild kernels verify` (code objects of a built library) and `explain` (skinny_linear's dispatch)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import click
 
@@ -42,3 +45,32 @@ def verify(file: Path, arch: str, json_out: Path | None, as_json: bool) -> None:
             kv.write_report(json_out, doc)
         except OSError as exc:
             raise ConfigError(f"cannot write {json_out}: {exc.strerror or exc}") from None
+
+
+def _table_module() -> ModuleType:
+    """kernels/imagebuild_kernels/_table.py (torch-free), loaded by path: the rule lives beside the kernels."""
+    path = Path(__file__).resolve().parents[2] / "kernels" / "imagebuild_kernels" / "_table.py"
+    spec = importlib.util.spec_from_file_location("imagebuild_kernels_table", path)
+    if spec is None or spec.loader is None or not path.is_file():
+        raise ConfigError(f"{path} not found: explain runs from a source checkout")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look the module up while the class is built
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@command.command("explain")
+@click.argument("n", type=click.IntRange(min=1))
+@click.argument("k", type=click.IntRange(min=1))
+@click.argument("m", type=click.IntRange(min=1))
+@click.argument("dtype", type=click.Choice(["float16", "bfloat16", "fp16", "bf16"]))
+@click.option("--table", type=click.Path(path_type=Path, dir_okay=False), help="Table file (default: packaged one).")
+def explain(n: int, k: int, m: int, dtype: str, table: Path | None) -> None:
+    """What skinny_linear runs for x [M, K] @ w [N, K]^T, and the measurements the choice rests on."""
+    t = _table_module()
+    name = {"fp16": "float16", "bf16": "bfloat16"}.get(dtype, dtype)
+    try:
+        doc = t.load_table(table)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read the skinny table: {exc}") from None
+    click.echo("\n".join(t.explain(doc, name, n, k, m)))

@@ -165,6 +165,8 @@ def explain(table: dict[str, Any] | None, dtype: str, n: int, k: int, m: int) ->
             f"{table.get('margin', '?')}; made by: {table.get('command', '?')}"
         )
     e = ch.entry
+    if e is not None and ch.cfg == LIBRARY:
+        lines.append(f"  verdict: ours was not {table.get('margin', '?') if table else '?'}x faster than cuBLAS there")
     if e is not None:
         lines.append(
             f"  measured: ours best {describe_cfg(int(e['best_cfg']))} {e['ours_us']:.1f} us, "
