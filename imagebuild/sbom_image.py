@@ -138,22 +138,48 @@ def sbom_path(report: Path, target: str) -> Path:
     return report.parent / "sbom" / f"{target}.cdx.json"
 
 
+def _layer_record(path: Path) -> Path:
+    return path.with_name(path.name.replace(".cdx.json", ".layer.json"))
+
+
+def _cached(engine: Engine, path: Path, built_id: str, tags: list[str]) -> str | None:
+    """When BuildKit gave the same image as last time and its SBOM image still exists: tag that, skip the rest.
+
+    Keeps a fully cached `imagebuild build` cheap (a `docker tag` per tag instead of a container run and a build).
+    """
+    try:
+        record = json.loads(_layer_record(path).read_text())
+    except (OSError, ValueError):
+        return None
+    if record.get("built") != built_id or not path.is_file():
+        return None
+    try:  # `docker tag` fails when the image is gone: then build the layer again
+        for tag in tags:
+            _docker(engine, "tag", str(record["image"]), tag)
+    except SbomError:
+        return None
+    return str(record["image"])
+
+
 def add_sboms(engine: Engine, results: list[TargetResult], matrix_path: Path, report: Path) -> None:
     """For each built target: collect, write the SBOM beside the report, add the layer; a failure fails it."""
-    from imagebuild.sbom import render
-
-    built = [r for r in results if r.ok and r.image_id and r.tags]
-    if not built:
-        return
-    sources = component_sources(matrix_path)
-    for result in built:
+    sources: dict[str, dict[str, Any]] | None = None
+    for result in [r for r in results if r.ok and r.image_id and r.tags]:
         try:
-            inventory = collect(engine, result.tags[0], sources)
-            text = render(inventory)
             path = sbom_path(report, result.target)
+            cached = _cached(engine, path, str(result.image_id), result.tags)
+            if cached:
+                result.image_id = cached
+                continue
+            from imagebuild.sbom import render
+
+            sources = component_sources(matrix_path) if sources is None else sources
+            text = render(collect(engine, result.tags[0], sources))
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
+            built_id = str(result.image_id)
             result.image_id = add_layer(engine, result.tags[0], result.tags, text)
+            _layer_record(path).write_text(json.dumps({"built": built_id, "image": result.image_id}) + "\n")
         except (SbomError, ValueError, OSError, subprocess.TimeoutExpired) as exc:
             result.ok = False
             result.failed_step = f"sbom: {exc}"
