@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from imagebuild.engine import Engine
+from imagebuild.envvars import env_int
 from imagebuild.errors import BuildFailed, ConfigError
 from imagebuild.imageref import ImageRef, write_record
 from imagecontract.atomic import write_atomic
@@ -50,7 +51,7 @@ class GitInfo:
 
         sha = git("rev-parse", "HEAD")
         if not sha:
-            epoch = int(os.environ.get("SOURCE_DATE_EPOCH", "0"))
+            epoch = env_int("SOURCE_DATE_EPOCH", 0)
             return cls("unknown", "nogit", datetime.fromtimestamp(epoch, UTC).isoformat())
         dirty = "-dirty" if git("status", "--porcelain", "--untracked-files=no") else ""
         created = datetime.fromtimestamp(int(git("log", "-1", "--format=%ct")), UTC).isoformat()

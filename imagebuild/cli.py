@@ -48,11 +48,14 @@ class ErrorMappingGroup(click.Group):
                 raise
             click.echo(f"error: {exc}", err=True)
             sys.exit(exc.exit_code)
-        except OSError as exc:  # a file a command could not write (write_atomic names it) or read: exit 2
-            if ctx.params.get("debug"):
+        except (OSError, UnicodeError, ValueError) as exc:  # a file that cannot be written or read, or bytes that
+            # are not the text / JSON a command expects: one line, exit 2 (commands/common.py says which)
+            from imagebuild.commands.common import one_line
+
+            message = one_line(exc)
+            if message is None or ctx.params.get("debug"):
                 raise
-            where = f"{exc.filename}: " if exc.filename else ""
-            click.echo(f"error: {where}{exc.strerror or exc}", err=True)
+            click.echo(f"error: {message}", err=True)
             sys.exit(2)
 
 

@@ -6,7 +6,6 @@ from one repository to public tags of another without rebuilding.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from imagebuild.envvars import env_int
 from imagebuild.errors import ConfigError, PublishFailed
 from imagebuild.imageref import LOCAL_REPO, ImageRef
 from imagebuild.registry import Registry, RegistryError, RepoRef
@@ -28,7 +28,7 @@ T = TypeVar("T")
 
 
 def attempts() -> int:
-    return max(1, int(os.environ.get("IMAGEBUILD_PUBLISH_ATTEMPTS", "3")))
+    return env_int("IMAGEBUILD_PUBLISH_ATTEMPTS", 3, minimum=1)
 
 
 def _transient(exc: BaseException) -> bool:

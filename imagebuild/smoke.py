@@ -4,6 +4,7 @@ its report (with the image ID added) where `imagebuild publish` looks for proof.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from imagebuild.engine import detect_gpu, device_options
+from imagebuild.envvars import env_int
 from imagebuild.errors import ConfigError, SmokeFailed
 from imagecontract.atomic import write_atomic
 
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
     from imagebuild.imageref import ImageRef
 
 IMAGE_ROOT = "/opt/imagebuild"
-TIMEOUT_S = int(os.environ.get("IMAGEBUILD_SMOKE_TIMEOUT", "1800"))
+TIMEOUT_ENV, TIMEOUT_DEFAULT_S = "IMAGEBUILD_SMOKE_TIMEOUT", 1800  # read when a run starts (a bad value: exit 2)
 
 
 @dataclass
@@ -49,6 +51,7 @@ def run_smoke(
     from docker.errors import APIError
     from requests import RequestException
 
+    timeout_s = env_int(TIMEOUT_ENV, TIMEOUT_DEFAULT_S, minimum=1)
     gpu = detect_gpu() if gpu == "auto" else gpu
     if gpu == "rocm" and not Path("/dev/kfd").exists():
         raise ConfigError("--gpu rocm, but this host has no /dev/kfd (no ROCm driver)", hint="use --gpu auto or none")
@@ -57,25 +60,29 @@ def run_smoke(
     os.chmod(out, 0o777)  # the image may run as a non-root user
     log_path = report_path.with_name(report_path.stem + ".log")
     try:
-        try:
-            container = client.containers.run(
+        container = None
+        try:  # created, then started: a start that fails (no such device) removes what it created
+            container = client.containers.create(
                 image.id,
                 entrypoint=["python3", "-m", "smoke", "--report", "/out/report.json", "--junit", "/out/junit.xml"],
                 command=[],
-                detach=True,
                 network_mode="host",
                 working_dir=IMAGE_ROOT,
                 environment={"PYTHONPATH": IMAGE_ROOT},
                 volumes={str(out.resolve()): {"bind": "/out", "mode": "rw"}},
                 **device_options(gpu),
             )
+            container.start()
         except APIError as exc:
+            if container is not None:
+                with contextlib.suppress(APIError):
+                    container.remove(force=True)
             raise SmokeFailed(f"could not start the smoke container ({gpu}): {exc.explanation or exc}") from None
         try:
             try:
-                status = container.wait(timeout=TIMEOUT_S)
+                status = container.wait(timeout=timeout_s)
             except RequestException:
-                raise SmokeFailed(f"the smoke suite did not finish within {TIMEOUT_S} s") from None
+                raise SmokeFailed(f"the smoke suite did not finish within {timeout_s} s") from None
             exit_code = int(status.get("StatusCode", -1))
             logs = container.logs(stdout=True, stderr=True).decode(errors="replace")
             image_id = container.attrs["Image"]

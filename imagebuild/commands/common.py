@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
-from collections.abc import Iterable
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from imagebuild.errors import ConfigError
 from imagebuild.matrix import Matrix, load_matrix
 
 if TYPE_CHECKING:
@@ -36,3 +42,93 @@ def echo_plans(plans: Iterable[TargetPlan]) -> None:
     for plan in plans:
         for line in plan.describe():
             click.echo(line)
+
+
+def write_all(files: Mapping[Path, str]) -> set[Path]:
+    """Write every file or none: each is staged as a temp file beside its destination (fsynced, mode 0644), and
+    only when all are staged are they renamed into place. A read-only or full folder, a file where a folder goes
+    or a folder where a file goes fails before any destination changes. Returns the files whose content changed."""
+    changed = {path: text for path, text in files.items() if _differs(path, text)}
+    staged: list[tuple[str, Path]] = []
+    made: list[Path] = []
+    try:
+        for path, text in changed.items():
+            try:
+                _no_file_above(path)
+                for parent in reversed([path.parent, *path.parent.parents]):
+                    if not parent.exists():
+                        parent.mkdir()
+                        made.append(parent)
+                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+                staged.append((tmp, path))
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(text.encode("utf-8"))
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                    os.fchmod(handle.fileno(), 0o644)
+            except OSError as exc:  # name the file asked for, not a temp file
+                raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        for tmp, path in staged:
+            os.replace(tmp, path)
+        staged.clear()
+        made.clear()
+    finally:
+        for tmp, _ in staged:
+            Path(tmp).unlink(missing_ok=True)
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+    return set(changed)
+
+
+def _differs(path: Path, text: str) -> bool:
+    if path.is_dir():
+        raise OSError(errno.EISDIR, "is a directory, not a file", str(path))
+    try:
+        return path.read_bytes() != text.encode("utf-8")
+    except (FileNotFoundError, NotADirectoryError):  # a file above it is reported when the write is staged
+        return True
+
+
+MAX_ERROR = 300  # characters of an error line: a hostile input is quoted, never copied whole
+
+
+def one_line(exc: BaseException) -> str | None:
+    """The error line for a failure a command did not catch itself: a file that cannot be written or read (a
+    read-only or full folder, a file where a folder goes), bytes that are not UTF-8, JSON that does not parse.
+    None for anything else (a bug: the traceback shows)."""
+    if isinstance(exc, UnicodeDecodeError):
+        message = f"not UTF-8 text (byte {exc.start}: {exc.reason})"
+    elif isinstance(exc, json.JSONDecodeError):
+        message = f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+    elif isinstance(exc, OSError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        message = f"{where}{exc.strerror or exc}"
+    else:
+        return None
+    message = " ".join(message.split())
+    return message if len(message) <= MAX_ERROR else message[: MAX_ERROR - 3] + "..."
+
+
+def check_writable(path: Path) -> None:
+    """Refuse, before any work with effects (a push), an output file that could not be written afterwards: its
+    folder is created and a temp file is made and removed there; a folder at `path` is refused."""
+    try:
+        if path.is_dir():
+            raise OSError(errno.EISDIR, "is a directory, not a file", str(path))
+        _no_file_above(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path}: {one_line(OSError(exc.errno, exc.strerror))}") from None
+
+
+def _no_file_above(path: Path) -> None:
+    """A file where a folder of `path` should be is said as such (mkdir would say "File exists")."""
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise OSError(errno.ENOTDIR, f"{parent} is a file, not a folder", str(path))
+            return

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from imagebuild.commands import publish_signing as signing
+from imagebuild.commands.common import check_writable, one_line, warn
 from imagebuild.errors import ConfigError, ImagebuildError, PublishFailed
 from imagebuild.publish import (
     PublishResult,
@@ -143,7 +144,11 @@ def _promote(
 
 @contextmanager
 def _recorded(result: PublishResult, out_path: Path) -> Iterator[None]:
-    """Write the publish report whatever happens (a failure is recorded with its error), then list the refs."""
+    """Write the publish report whatever happens (a failure is recorded with its error), then list the refs.
+
+    The report's folder is checked writable before anything is pushed; a report that still cannot be written
+    afterwards is a warning, never an error that would hide what the push did."""
+    check_writable(out_path)
     try:
         yield
         result.ok = True
@@ -151,8 +156,11 @@ def _recorded(result: PublishResult, out_path: Path) -> Iterator[None]:
         result.error = str(exc)
         raise
     finally:
-        result.write(out_path)
-        click.echo(f"publish report: {out_path}")
+        try:
+            result.write(out_path)
+            click.echo(f"publish report: {out_path}")
+        except OSError as exc:
+            warn(f"the publish report was not written: {one_line(exc)}")
     for ref in result.refs:
         click.echo(f"published {ref} ({result.digest})")
 

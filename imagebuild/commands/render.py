@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from imagebuild import render
-from imagebuild.commands.common import echo_plans, matrix_from, warn
+from imagebuild.commands.common import echo_plans, matrix_from, warn, write_all
 from imagebuild.errors import ConfigError
 from imagebuild.matrix import Matrix, Target
 from imagebuild.plan import TargetPlan, plan_for
@@ -67,10 +67,12 @@ def command(
         click.echo(f"{len(selected)} target(s) up to date")
         return
     rendered = [(plan, render.render_plan(plan)) for plan in plans]  # all in memory before any file is written
+    files = {_dest(plan, out_dir) / name: text for plan, item in rendered for name, text in item.files.items()}
+    changed = write_all(files)  # every target's files or none
     for plan, item in rendered:
         dest = _dest(plan, out_dir)
-        changed = render.write_rendered(item, dest)
-        click.echo(f"{item.target}: {'written' if changed else 'unchanged'} {dest}")
+        written = any(dest / name in changed for name in item.files)
+        click.echo(f"{item.target}: {'written' if written else 'unchanged'} {dest}")
         for note in item.notes:
             warn(f"{item.target}: {note}")
 
