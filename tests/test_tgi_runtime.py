@@ -76,8 +76,8 @@ def test_rust_builder_matches_rust_toolchain_toml(matrix, target: str) -> None:
     for name in ("runtime-source", "runtime-build"):
         assert re.search(rf"^FROM rust:{re.escape(TGI_RUST_CHANNEL)}-\S+ AS {name}$", _dockerfile(target), re.M), name
     assert "runtime/rust-toolchain.toml" in stages["runtime-source"]
-    assert f'!= {TGI_RUST_CHANNEL} ]' in stages["runtime-source"]  # the file is read and compared
-    assert f'"$(rustc --version | cut -d\' \' -f2)" != {TGI_RUST_CHANNEL} ]' in stages["runtime-build"]
+    assert f"!= {TGI_RUST_CHANNEL} ]" in stages["runtime-source"]  # the file is read and compared
+    assert f"\"$(rustc --version | cut -d' ' -f2)\" != {TGI_RUST_CHANNEL} ]" in stages["runtime-build"]
     assert "cargo build --release --locked" in stages["runtime-build"]
     for binary in ("text-generation-launcher", "text-generation-router", "text-generation-benchmark"):
         assert f"target/release/{binary}" in stages["runtime-build"]
