@@ -171,7 +171,8 @@ def test_rocm_image_is_a_faithful_serving_image() -> None:
         "kernels.json",
     ):
         assert needle in final, needle
-    assert final.rstrip().splitlines()[-1].lstrip().startswith("io.imagebuild.arches="), "labels go last"
+    instructions = [line for line in final.rstrip().splitlines() if line and not line[0].isspace()]
+    assert instructions[-1].startswith("LABEL ") and "io.imagebuild.arches=" in final, "labels go last"
     assert "--mount=type=secret,id=pipcert" in text and "PIP_CERT=/run/secrets/pipcert" in text
 
 
