@@ -9,7 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from imagebuild.build import DEFAULT_CA_BUNDLE, BuildSpec
+from imagebuild.build import BuildSpec
+from imagebuild.buildsecrets import DEFAULT_CA_BUNDLE
 from imagecontract.atomic import write_atomic
 
 

@@ -12,10 +12,7 @@ from pathlib import Path
 import click
 
 from imagebuild.build import (
-    Secrets,
     TargetResult,
-    check_secret_flags,
-    collect_secrets,
     raise_on_failure,
     run_builds,
     write_report,
@@ -24,6 +21,7 @@ from imagebuild.build import (
     command as build_argv,
 )
 from imagebuild.buildplan import PlanOptions, plan
+from imagebuild.buildsecrets import Secrets, check_secret_flags, collect_secrets
 from imagebuild.commands.common import echo_plans
 from imagebuild.engine import Engine, find_engine
 from imagebuild.sbom_image import add_sboms

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from imagebuild.bake import bake_file
-from imagebuild.build import BuildSpec, GitInfo, LogSummary, collect_secrets, command
+from imagebuild.build import BuildSpec, GitInfo, LogSummary, command
 from imagebuild.buildplan import PlanOptions, plan, select_targets
+from imagebuild.buildsecrets import collect_secrets
 from imagebuild.engine import Engine
 from imagebuild.errors import ConfigError
 from imagebuild.matrix import load_matrix
