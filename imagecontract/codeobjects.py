@@ -9,6 +9,7 @@ length bounded and checked before use.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import struct
@@ -19,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
+
+from imagecontract.amdgpu_elf import amdgpu_target
 
 BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 CCOB_MAGIC = b"CCOB"
@@ -310,12 +313,14 @@ def hip_bundle_ids(data: bytes | Blob) -> list[str]:
     return ids
 
 
+_HIP_ENTRY = re.compile(r"^hip(?:v4)?-amdgcn-amd-amdhsa-{1,2}(gfx\w+(?::\w+[+-])*)$")
+
+
 def hip_target(entry_id: str) -> str | None:
-    """`hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+` -> `gfx90a:xnack+`; host entries -> None."""
-    kind, _, target = entry_id.partition("--")
-    if not kind.startswith(("hip", "hipv4")) or "amdgcn" not in kind:
-        return None
-    return target or None
+    """`hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+` (and ROCm 3's `hip-amdgcn-amd-amdhsa-gfx906`, a three-part
+    triple) -> the target ID; host entries -> None."""
+    match = _HIP_ENTRY.match(entry_id)
+    return match.group(1) if match else None
 
 
 # --- CUDA: fat binaries ------------------------------------------------------------------------------------
@@ -382,7 +387,11 @@ def list_code_objects(path: str | Path) -> Listing:
 def list_blob(p: Path, blob: Blob) -> Listing:
     """The listing of one file's bytes (an open file or bytes in memory), named p in messages."""
     listing = Listing(library=str(p))
-    head = blob.read(0, min(len(BUNDLE_MAGIC), blob.size), "magic")
+    head = blob.read(0, min(64, blob.size), "magic")
+    if (target := amdgpu_target(head)) is not None:  # a bare code object (.hsaco, rocBLAS/hipBLASLt .co)
+        listing.code_objects.append(target)
+        listing.entries.append(f"amdgpu-elf {target}")
+        return listing
     sections = elf_section_blobs(blob)
     if not sections:
         if head.startswith((BUNDLE_MAGIC, CCOB_MAGIC)):

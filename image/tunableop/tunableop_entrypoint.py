@@ -6,7 +6,8 @@ rejects a results file whose validators differ from its own and then tunes again
 file from /opt/imagebuild/tunableop/ is copied to where PYTORCH_TUNABLEOP_FILENAME points (one file per
 device ordinal, under the mounted /data/tunableop/) only when its validators equal the live torch's, and
 only when no file is there yet: results users tuned themselves are never overwritten. Any failure here is a
-warning: the serving command always starts.
+warning: the serving command always starts. Before that, the preflight (imagecontract/preflight.py) refuses, exit
+78, a GPU the image holds no code for, an unopenable device node or a stale HSA_OVERRIDE_GFX_VERSION.
 
 Options before `--` (set in ENTRYPOINT by the image, never by users): `--default-command PROG` makes arguments
 that start with `-` (or none) flags of PROG, so `docker run IMAGE --model-id X` runs `PROG --model-id X` while
@@ -34,7 +35,7 @@ def _contract_on_path() -> None:
 
 
 _contract_on_path()
-from imagecontract import tunableop_csv  # noqa: E402
+from imagecontract import preflight, tunableop_csv  # noqa: E402
 from imagecontract.atomic import write_atomic  # noqa: E402
 from imagecontract.tunableop_csv import resolve_filename  # noqa: E402
 
@@ -172,6 +173,13 @@ def main(argv: list[str]) -> int:
     if not command:
         log("usage: tunableop-entrypoint [--default-command PROG] [--ldconfig] [--] COMMAND [ARG...]")
         return 2
+    try:  # right image, right GPU: refuse (exit 78) before the server starts, not with a kernel error later
+        refused = preflight.run(dict(os.environ))
+    except Exception as exc:  # a bug in the check itself never keeps the server from starting
+        log(f"warning: preflight: {type(exc).__name__}: {exc}")
+        refused = 0
+    if refused:
+        return refused
     try:
         if ldconfig:
             refresh_loader_cache()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from imagecontract.models._base import Model, ModelError
+from imagecontract.models.coverage import ArchCoverage
 from imagecontract.models.kernels import KernelsReport
 from imagecontract.models.manifest import Manifest
 from imagecontract.models.smoke_report import SmokeReport
@@ -12,6 +13,7 @@ SCHEMAS: dict[str, type[Model]] = {
     "manifest.schema.json": Manifest,
     "kernels.schema.json": KernelsReport,
     "smoke-report.schema.json": SmokeReport,
+    "arch-coverage.schema.json": ArchCoverage,
 }
 
-__all__ = ["SCHEMAS", "KernelsReport", "Manifest", "Model", "ModelError", "SmokeReport"]
+__all__ = ["SCHEMAS", "ArchCoverage", "KernelsReport", "Manifest", "Model", "ModelError", "SmokeReport"]

@@ -1,0 +1,251 @@
+"""Which GPU arches every library in an image holds code for: scan a filesystem, list device code, tabulate.
+
+Stdlib only: it runs inside the image being scanned (its own python3; the host bind-mounts this package read-only
+at a path of its own), because only there do the files, their owners (pip's RECORD, dpkg's lists) and the
+manifest sit together. Files are read through codeobjects' bounded readers, never whole: an ELF library's
+section table and its `.hip_fatbin` / `.nv_fatbin` headers, the 64-byte header of a bare code object.
+
+A shared object with device code is one library; bare code objects (`.hsaco`, rocBLAS/hipBLASLt `.co`, offload
+bundles, fat binaries) count per folder, since rocBLAS keeps one file per arch. Status of an arch per library:
+present (code that loads on every setting of the arch), partial (AMD: on some feature settings only),
+compatible (CUDA: SASS of the same major, older minor), ptx (CUDA: only PTX the driver compiles), absent.
+"""
+
+from __future__ import annotations
+
+import sys
+
+if not __package__:  # run as a file (in an image: /tmp/imagebuild-contract/imagecontract/coverage.py)
+    from pathlib import Path as _Path
+
+    sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+
+import argparse
+import csv
+import json
+import os
+import re
+import stat
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from imagecontract.codeobjects import BUNDLE_MAGIC, CCOB_MAGIC, FATBIN_MAGIC, VerifyError, list_code_objects
+from imagecontract.targets import device_configs, loads_on
+
+COVERED = ("present", "partial", "compatible", "ptx")
+SKIP_TOP = ("proc", "sys", "dev", "run")
+MIN_SIZE = 64
+_FATBIN = FATBIN_MAGIC.to_bytes(4, "little")
+_SM = re.compile(r"^(?:sm|compute)_(\d+)(\d)(a?)$")
+
+
+@dataclass
+class Library:
+    """One row of the table: a shared object, or a folder of bare code-object files."""
+
+    path: str
+    kind: str  # "library" or "kernel-files"
+    files: int = 1
+    owner: str | None = None
+    code_objects: list[str] = field(default_factory=list)
+    ptx: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Scan:
+    libraries: list[Library]
+    files_seen: int
+    files_read: int
+    seconds: float
+    errors: list[str]
+
+
+def _sniff(head: bytes) -> str | None:
+    """'elf' (64-bit LE), 'object' (bundle or fat binary) or None, from a file's first bytes."""
+    if head[:4] == b"\x7fELF":
+        return "elf" if head[4:6] == b"\x02\x01" else None
+    if head.startswith((BUNDLE_MAGIC, CCOB_MAGIC)) or head[:4] == _FATBIN:
+        return "object"
+    return None
+
+
+def walk(root: Path, skip: Iterable[Path] = ()) -> Iterator[Path]:
+    """Regular files under root, symlinks not followed, each inode once, /proc /sys /dev /run left out."""
+    seen: set[tuple[int, int]] = set()
+    skipped = {root / name for name in SKIP_TOP} | {Path(p) for p in skip}
+    for folder, dirs, files in os.walk(root):
+        here = Path(folder)
+        dirs[:] = sorted(d for d in dirs if here / d not in skipped)
+        for name in sorted(files):
+            path = here / name
+            try:
+                st = path.lstat()
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode) or st.st_size < MIN_SIZE or (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            yield path
+
+
+def scan(root: Path, skip: Iterable[Path] = ()) -> Scan:
+    """Every file with device code under root, grouped into libraries; unreadable files are listed as errors."""
+    started = time.monotonic()
+    libraries: dict[str, Library] = {}
+    records: list[Path] = []
+    seen = read = 0
+    errors: list[str] = []
+    for path in walk(root, skip):
+        seen += 1
+        if path.name == "RECORD" and path.parent.name.endswith(".dist-info"):
+            records.append(path)
+        try:
+            with open(path, "rb") as fh:
+                kind = _sniff(fh.read(64))
+            if kind is None:
+                continue
+            read += 1
+            listing = list_code_objects(path)
+        except (OSError, VerifyError) as exc:
+            if len(errors) < 50:
+                errors.append(f"{path}: {exc}")
+            continue
+        if not listing.code_objects and not listing.ptx:
+            continue
+        bare = kind == "object" or not listing.entries or listing.entries[0].startswith("amdgpu-elf")
+        key = str(path.parent) if bare else str(path)
+        lib = libraries.setdefault(key, Library(key, "kernel-files" if bare else "library", files=0))
+        lib.files += 1
+        lib.code_objects = sorted({*lib.code_objects, *listing.code_objects})
+        lib.ptx = sorted({*lib.ptx, *listing.ptx})
+    rows = sorted(libraries.values(), key=lambda lib: lib.path)
+    _set_owners(root, rows, records)
+    return Scan(rows, seen, read, round(time.monotonic() - started, 3), errors)
+
+
+def _set_owners(root: Path, rows: list[Library], records: list[Path]) -> None:
+    """Owner of each row: the Python distribution whose RECORD lists it (`python:torch`), else the Debian
+    package whose file list does (`dpkg:librocsparse0`); a folder row by any of its files."""
+    wanted = {row.path: row for row in rows}
+    folders = {row.path: row for row in rows if row.kind == "kernel-files"}
+
+    def claim(path: str, owner: str) -> None:
+        row = wanted.get(path) or folders.get(os.path.dirname(path))
+        if row is not None and row.owner is None:
+            row.owner = owner
+
+    for record in records:
+        dist = record.parent.name.split("-")[0].lower().replace("_", "-")
+        base = record.parent.parent
+        try:
+            with open(record, encoding="utf-8", errors="replace", newline="") as fh:
+                for entry in csv.reader(fh):
+                    if entry:
+                        claim(os.path.normpath(str(base / entry[0])), f"python:{dist}")
+        except OSError:
+            continue
+    for listing in sorted((root / "var/lib/dpkg/info").glob("*.list")):
+        package = listing.name.removesuffix(".list").split(":")[0]
+        try:
+            with open(listing, encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    claim(str(root / line.strip().lstrip("/")), f"dpkg:{package}")
+        except OSError:
+            continue
+
+
+# --- status of one arch in one library -------------------------------------------------------------------
+
+
+def _sm(name: str) -> tuple[int, int, bool] | None:
+    m = _SM.match(name.removesuffix("+PTX"))
+    return (int(m.group(1)), int(m.group(2)), bool(m.group(3))) if m else None
+
+
+def status(want: str, code_objects: list[str], ptx: list[str]) -> str:
+    """present / partial / compatible / ptx / absent for one requested arch (module docstring)."""
+    if want.startswith("gfx"):
+        configs = device_configs(want) or []
+        hits = [d for d in configs if any(loads_on(c, d) for c in code_objects)]
+        return "present" if hits and len(hits) == len(configs) else ("partial" if hits else "absent")
+    dev = _sm(want)
+    if dev is None:
+        return "absent"
+    sass = [s for s in map(_sm, code_objects) if s]
+    if dev in sass:
+        return "present"
+    if any(s[0] == dev[0] and s[1] <= dev[1] and not s[2] for s in sass):
+        return "compatible"  # CUDA runs SASS of an older minor of the same major; an `a` target only on its chip
+    if any((p[0], p[1]) <= (dev[0], dev[1]) and (not p[2] or p[:2] == dev[:2]) for p in map(_sm, ptx) if p):
+        return "ptx"
+    return "absent"
+
+
+def arches_found(rows: Iterable[Library]) -> list[str]:
+    """Every processor the libraries hold code for (the columns when nothing was requested)."""
+    found = {c.split(":")[0] for row in rows for c in row.code_objects if not c.startswith("amdgcn-mach")}
+    return sorted(found, key=lambda a: (a[:2], len(a), a))
+
+
+def table(rows: Iterable[Library], arches: list[str]) -> list[dict[str, object]]:
+    """The rows as documents (models.coverage.LibraryCoverage fields), each with its per-arch status."""
+    return [
+        {
+            "path": row.path,
+            "kind": row.kind,
+            "files": row.files,
+            "owner": row.owner,
+            "component": None,
+            "code_objects": row.code_objects,
+            "ptx": row.ptx,
+            "arches": {a: status(a, row.code_objects, row.ptx) for a in arches},
+        }
+        for row in rows
+    ]
+
+
+def _manifest(root: Path) -> dict[str, object] | None:
+    try:
+        data = json.loads((root / "opt/imagebuild/manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the raw scan as JSON: libraries (statuses over --arch, or the manifest's arches, or all found), the
+    image's manifest, scan numbers. The host turns it into arch-coverage.json (imagebuild/coverage.py)."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--root", default="/", type=Path)
+    parser.add_argument("--arch", help="arches to tabulate (default: the manifest's, else every one found)")
+    parser.add_argument("--skip", action="append", default=[], help="a folder to leave out (repeatable)")
+    args = parser.parse_args(argv)
+    result = scan(args.root, args.skip)
+    manifest = _manifest(args.root)
+    if args.arch:
+        arches = [a for a in re.split(r"[;,\s]+", args.arch) if a]
+    elif manifest and isinstance(manifest.get("gpu_arches"), list) and manifest["gpu_arches"]:
+        arches = [str(a) for a in manifest["gpu_arches"]] + [str(a) for a in manifest.get("experimental_arches", [])]
+    else:
+        arches = arches_found(result.libraries)
+    doc = {
+        "root": str(args.root),
+        "requested": arches,
+        "libraries": table(result.libraries, arches),
+        "manifest": manifest,
+        "scan": {
+            "files_seen": result.files_seen,
+            "files_read": result.files_read,
+            "seconds": result.seconds,
+            "errors": result.errors,
+        },
+    }
+    json.dump(doc, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

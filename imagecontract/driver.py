@@ -1,0 +1,223 @@
+"""What the GPU driver says about this machine: GPUs and their arches, device nodes, who may open them.
+
+Stdlib only and fast (no torch, no HIP/CUDA runtime): the in-image preflight runs it before the server starts and
+`imagebuild doctor` runs it on the host. Every path is read under `root`, so tests build fake sysfs and /dev trees.
+ROCm: the KFD topology (`/sys/class/kfd/kfd/topology/nodes/N/properties`: `gfx_target_version` is
+major*10000 + minor*100 + stepping, as the amdkfd driver's kfd_topology.c writes it; CPU nodes have 0) and its
+`drm_render_minor` (the node's `/dev/dri/renderD<minor>`). CUDA: the driver's own query, `nvidia-smi
+--query-gpu=index,name,compute_cap,pci.bus_id --format=csv,noheader`; without nvidia-smi, /proc/driver/nvidia
+names the GPUs but not their arch.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import subprocess
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from imagecontract.targets import AMD_PRODUCTS
+
+TOPOLOGY = "sys/class/kfd/kfd/topology/nodes"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU as the driver lists it; `index` is the runtime's ordinal (HIP/CUDA_VISIBLE_DEVICES numbering)."""
+
+    index: int
+    vendor: str  # "amd" or "nvidia"
+    arch: str | None  # gfx942, sm_90; None when the driver does not say
+    name: str
+    render: str | None = None  # /dev/dri/renderD128 (ROCm)
+
+    def describe(self) -> str:
+        return f"GPU {self.index} ({self.name}, {self.arch or 'arch unknown'})"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who opens the device nodes: uid and every group ID (the container's, or the host user's)."""
+
+    uid: int
+    gids: tuple[int, ...]
+
+    @classmethod
+    def current(cls) -> Identity:
+        return cls(os.geteuid(), tuple(sorted({os.getegid(), *os.getgroups()})))
+
+
+@dataclass(frozen=True)
+class DeviceNode:
+    """A device node a GPU container needs, its owning group (numeric: names differ between host and image)."""
+
+    path: str
+    exists: bool
+    gid: int | None = None
+    mode: str | None = None
+    openable: bool = False
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def gfx_name(version: int) -> str | None:
+    """90402 -> gfx942, 90010 -> gfx90a, 110000 -> gfx1100; 0 (a CPU node) -> None."""
+    if version <= 0:
+        return None
+    major, minor, stepping = version // 10000, version // 100 % 100, version % 100
+    return f"gfx{major}{minor}{stepping:x}"
+
+
+def _properties(path: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    try:
+        text = path.read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        key, _, value = line.strip().partition(" ")
+        if key:
+            out[key] = value.strip()
+    return out
+
+
+def _int(text: str | None) -> int:
+    try:
+        return int(text or "0", 0)
+    except ValueError:
+        return 0
+
+
+def rocm_gpus(root: Path = Path("/")) -> list[Gpu]:
+    """GPU nodes of the KFD topology in node order (HIP numbers the GPU nodes 0, 1, ... in that order)."""
+    base = root / TOPOLOGY
+    try:
+        nodes = sorted((p for p in base.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    except OSError:
+        return []
+    gpus: list[Gpu] = []
+    for node in nodes:
+        props = _properties(node / "properties")
+        arch = gfx_name(_int(props.get("gfx_target_version")))
+        if arch is None:
+            continue
+        minor = props.get("drm_render_minor")
+        render = f"/dev/dri/renderD{_int(minor)}" if minor and _int(minor) > 0 else None
+        gpus.append(Gpu(len(gpus), "amd", arch, AMD_PRODUCTS.get(arch, f"AMD {arch}"), render))
+    return gpus
+
+
+Query = Callable[[], str | None]
+
+
+def nvidia_smi_query() -> str | None:
+    """The driver's device list as CSV, or None when nvidia-smi is absent or fails."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    argv = [exe, "--query-gpu=index,name,compute_cap", "--format=csv,noheader"]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def cuda_gpus(root: Path = Path("/"), query: Query = nvidia_smi_query) -> list[Gpu]:
+    """NVIDIA GPUs from the driver query (`0, NVIDIA H200, 9.0` -> sm_90), else named from /proc/driver/nvidia."""
+    text = query()
+    gpus: list[Gpu] = []
+    for line in (text or "").splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 3 and parts[0].isdigit():
+            cap = re.fullmatch(r"(\d+)\.(\d+)", parts[2])
+            arch = f"sm_{cap.group(1)}{cap.group(2)}" if cap else None
+            gpus.append(Gpu(int(parts[0]), "nvidia", arch, parts[1]))
+    if gpus or text is not None:
+        return gpus
+    for i, info in enumerate(sorted((root / "proc/driver/nvidia/gpus").glob("*/information"))):
+        model = _properties_colon(info).get("Model", "NVIDIA GPU")
+        gpus.append(Gpu(i, "nvidia", None, model))
+    return gpus
+
+
+def _properties_colon(path: Path) -> dict[str, str]:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return {}
+    return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in lines) if k.strip()}
+
+
+def _may_open(st: os.stat_result, who: Identity) -> bool:
+    """Read-write permission of a node for `who` by its mode bits (root passes, as the kernel's DAC check does)."""
+    if who.uid == 0:
+        return True
+    if st.st_uid == who.uid:
+        return bool(st.st_mode & stat.S_IRUSR and st.st_mode & stat.S_IWUSR)
+    if st.st_gid in who.gids:
+        return bool(st.st_mode & stat.S_IRGRP and st.st_mode & stat.S_IWGRP)
+    return bool(st.st_mode & stat.S_IROTH and st.st_mode & stat.S_IWOTH)
+
+
+def device_node(root: Path, path: str, who: Identity | None = None) -> DeviceNode:
+    """The node's owner and mode; openable: opened read-write for real (who=None: also catches a device cgroup
+    that refuses it), or judged from the mode bits for `who` (simulated trees, another user)."""
+    full = root / path.lstrip("/")
+    try:
+        st = full.stat()
+    except OSError:
+        return DeviceNode(path, False, error="not present")
+    mode = stat.filemode(st.st_mode)
+    if who is not None:
+        ok = _may_open(st, who)
+        return DeviceNode(path, True, st.st_gid, mode, ok, None if ok else "permission denied (mode bits)")
+    try:
+        fd = os.open(full, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        return DeviceNode(path, True, st.st_gid, mode, False, exc.strerror or str(exc))
+    os.close(fd)
+    return DeviceNode(path, True, st.st_gid, mode, True)
+
+
+def nodes_for(root: Path, kind: str, gpus: list[Gpu], who: Identity | None = None) -> list[DeviceNode]:
+    """The nodes a container of this kind opens: /dev/kfd and each GPU's render node; /dev/nvidiactl and
+    /dev/nvidiaN."""
+    if kind == "rocm":
+        paths = ["/dev/kfd", *(g.render for g in gpus if g.render)]
+    elif kind == "cuda":
+        paths = ["/dev/nvidiactl", *(f"/dev/nvidia{g.index}" for g in gpus)]
+    else:
+        paths = []
+    return [device_node(root, p, who) for p in paths]
+
+
+def detect_kind(root: Path = Path("/")) -> str:
+    """rocm when the KFD topology or /dev/kfd exists, cuda when the NVIDIA driver does, else none."""
+    if (root / TOPOLOGY).is_dir() or (root / "dev/kfd").exists():
+        return "rocm"
+    if (root / "proc/driver/nvidia").is_dir() or (root / "dev/nvidiactl").exists():
+        return "cuda"
+    return "none"
+
+
+def visible(gpus: list[Gpu], env: dict[str, str], kind: str) -> list[Gpu]:
+    """The GPUs a runtime would use: HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES, when
+    they hold indices (UUIDs are left to the runtime), renumbered as the runtime renumbers them."""
+    names = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES") if kind == "rocm" else ("CUDA_VISIBLE_DEVICES",)
+    for name in names:
+        value = env.get(name)
+        if value is None:
+            continue
+        items = [item.strip() for item in value.split(",") if item.strip()]
+        if not all(item.isdigit() for item in items):
+            return gpus
+        by_index = {g.index: g for g in gpus}
+        return [by_index[int(i)] for i in items if int(i) in by_index]
+    return gpus

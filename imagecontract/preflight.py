@@ -1,0 +1,205 @@
+"""In-image preflight: refuse, with one line, to start a server on a GPU this image holds no code for.
+
+Run by the image entrypoint before the server (and as `python3 /opt/imagebuild/imagecontract/preflight.py`).
+Stdlib only, no GPU runtime: it reads the driver (imagecontract.driver), the image's manifest and the
+environment, and compares with the contract's loads_on (LLVM's target ID rule). Exit 0 (go on, maybe after
+warnings), EXIT_REFUSED (78, sysexits' EX_CONFIG: the container is misconfigured for this GPU; docs/contracts.md).
+`IMAGEBUILD_SKIP_PREFLIGHT=1` skips it, saying so. The HSA_OVERRIDE_GFX_VERSION rules are the table in
+docs/preflight.md.
+"""
+
+from __future__ import annotations
+
+import sys
+
+if not __package__:  # run as a file: the folder holding imagecontract/ goes on the path (image: /opt/imagebuild)
+    from pathlib import Path as _Path
+
+    sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from imagecontract.coverage import COVERED, status
+from imagecontract.driver import Gpu, Identity, Query, cuda_gpus, nodes_for, nvidia_smi_query, rocm_gpus, visible
+from imagecontract.targets import loads_on
+
+EXIT_REFUSED = 78
+MANIFEST = Path("/opt/imagebuild/manifest.json")
+ROOT = Path("/")  # where the driver is read: tests point it at a simulated tree
+SKIP_VARIABLE = "IMAGEBUILD_SKIP_PREFLIGHT"
+_OVERRIDE = re.compile(r"^(\d+)\.(\d+)\.(\d+)$")
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: str  # "refuse" or "warn"
+    message: str
+
+
+def override_arch(value: str) -> str | None:
+    """HSA_OVERRIDE_GFX_VERSION `9.4.2` -> gfx942, `11.0.0` -> gfx1100 (stepping in hex, as gfx90a); None if
+    malformed."""
+    m = _OVERRIDE.match(value.strip())
+    return f"gfx{int(m.group(1))}{int(m.group(2))}{int(m.group(3)):x}" if m else None
+
+
+def _major(arch: str) -> str:
+    """gfx942 -> 9, gfx1100 -> 11 (the ISA family: the last two characters are minor and stepping)."""
+    return arch[3:-2]
+
+
+def _covers(arches: list[str], device: str) -> bool:
+    """AMD: LLVM's loads_on. CUDA: the same rule as the coverage table (SASS of an older minor of the same major
+    runs; `+PTX` arches add PTX the driver compiles)."""
+    if not device.startswith("sm_"):
+        return any(loads_on(a, device) for a in arches)
+    sass = [a.removesuffix("+PTX") for a in arches]
+    ptx = ["compute_" + a.removesuffix("+PTX")[3:] for a in arches if a.endswith("+PTX")]
+    return status(device, sass, ptx) in COVERED
+
+
+def _instead(target: str, arch: str) -> str:
+    return f"use an image built for it (imagebuild build {target} --arch {arch})"
+
+
+def check_override(value: str | None, gpus: list[Gpu], arches: list[str]) -> tuple[str | None, list[Finding]]:
+    """The arch the runtime will report (the override's, else None: each GPU's own) and what the override earns."""
+    if value is None:
+        return None, []
+    if not value.strip():
+        return None, [Finding("warn", "HSA_OVERRIDE_GFX_VERSION is set but empty: unset it (checked as unset)")]
+    forced = override_arch(value)
+    if forced is None:
+        return None, [Finding("refuse", f"HSA_OVERRIDE_GFX_VERSION={value!r} is not MAJOR.MINOR.STEPPING: unset it")]
+    findings: list[Finding] = []
+    for gpu in gpus:
+        native = gpu.arch or ""
+        if _major(native) != _major(forced):
+            findings.append(
+                Finding(
+                    "refuse",
+                    f"HSA_OVERRIDE_GFX_VERSION={value} makes {gpu.describe()} run {forced} code of "
+                    f"another ISA family: unset it",
+                )
+            )
+        elif native == forced:
+            findings.append(
+                Finding(
+                    "warn",
+                    f"HSA_OVERRIDE_GFX_VERSION={value} names {gpu.describe()}'s own arch: it changes nothing, unset it",
+                )
+            )
+        elif _covers(arches, native):
+            findings.append(
+                Finding(
+                    "refuse",
+                    f"HSA_OVERRIDE_GFX_VERSION={value} makes {gpu.describe()} load {forced} code "
+                    f"although the image has {native} code: a stale override, unset it",
+                )
+            )
+        else:
+            findings.append(
+                Finding(
+                    "warn",
+                    f"{gpu.describe()} runs {forced} code by HSA_OVERRIDE_GFX_VERSION={value} "
+                    "(same ISA family, not supported by AMD)",
+                )
+            )
+    return forced, findings
+
+
+def check(
+    manifest: dict[str, object],
+    env: dict[str, str],
+    root: Path = Path("/"),
+    who: Identity | None = None,
+    query: Query = nvidia_smi_query,
+) -> list[Finding]:
+    """Every finding for this container: GPU arches vs the image's, device nodes, the override."""
+    platform = manifest.get("platform")
+    kind = platform.get("kind") if isinstance(platform, dict) else None
+    if kind not in ("rocm", "cuda"):
+        return []
+    arches = [str(a) for a in [*manifest.get("gpu_arches", []), *manifest.get("experimental_arches", [])]]  # type: ignore[misc]
+    target = str(manifest.get("target", "TARGET"))
+    flags = "--device /dev/kfd --device /dev/dri" if kind == "rocm" else "--gpus all"
+    if kind == "rocm" and not (root / "dev/kfd").exists():
+        return [Finding("warn", f"no AMD GPU passed to this container (no /dev/kfd): run it with {flags}")]
+    gpus = visible(rocm_gpus(root) if kind == "rocm" else cuda_gpus(root, query), env, kind)
+    if kind == "rocm":  # a GPU whose render node was not passed in is not this container's
+        gpus = [g for g in gpus if g.render is None or (root / g.render.lstrip("/")).exists()]
+    if not gpus:
+        return [Finding("warn", f"no {'AMD' if kind == 'rocm' else 'NVIDIA'} GPU visible: run it with {flags}")]
+    findings: list[Finding] = []
+    forced = None
+    if kind == "rocm":
+        forced, findings = check_override(env.get("HSA_OVERRIDE_GFX_VERSION"), gpus, arches)
+    for gpu in gpus:
+        device = forced or gpu.arch
+        if device is None:
+            findings.append(Finding("warn", f"{gpu.describe()}: the driver does not say its arch; not checked"))
+        elif not _covers(arches, device):
+            findings.append(
+                Finding(
+                    "refuse",
+                    f"{gpu.describe()} is not covered: this image ({target}) holds code for "
+                    f"{', '.join(arches) or 'no GPU'}; {_instead(target, device.split(':')[0])}",
+                )
+            )
+    for node in nodes_for(root, kind, gpus, who):
+        if not node.exists:
+            findings.append(Finding("refuse", f"{node.path} is not in the container: run it with {flags}"))
+        elif not node.openable:
+            findings.append(
+                Finding(
+                    "refuse",
+                    f"cannot open {node.path} ({node.error}; owned by group {node.gid}, {node.mode}): "
+                    f"run it with --group-add {node.gid}",
+                )
+            )
+    return findings
+
+
+def run(
+    env: dict[str, str], root: Path | None = None, manifest_path: Path | None = None, out: TextIO | None = None
+) -> int:
+    """Print the findings (one line each) and return 0 or EXIT_REFUSED; a missing manifest is no reason to stop."""
+    root, manifest_path, out = root or ROOT, manifest_path or MANIFEST, out or sys.stderr
+    if env.get(SKIP_VARIABLE) == "1":
+        print(f"preflight: skipped ({SKIP_VARIABLE}=1)", file=out, flush=True)
+        return 0
+    started = time.monotonic()
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    if not isinstance(manifest, dict):
+        return 0
+    findings = check(manifest, env, root)
+    refused = [f for f in findings if f.level == "refuse"]
+    for finding in findings:
+        word = "refused" if finding.level == "refuse" else "warning"
+        print(f"preflight: {word}: {finding.message}", file=out, flush=True)
+    if refused:
+        print(
+            f"preflight: the server was not started ({SKIP_VARIABLE}=1 skips this check); "
+            f"{time.monotonic() - started:.3f} s",
+            file=out,
+            flush=True,
+        )
+        return EXIT_REFUSED
+    return 0
+
+
+def main() -> int:
+    return run(dict(os.environ))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
