@@ -12,9 +12,12 @@ image is the environment its SBOM describes, and it reads dpkg's status file whe
 
 from __future__ import annotations
 
+import inspect
+import io
 import json
 import os
 import subprocess
+import tarfile
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,48 +27,66 @@ if TYPE_CHECKING:
     from imagebuild.engine import Engine
     from imagebuild.sbom import Inventory
 
-COLLECTOR = r"""
-import importlib.metadata as md, json, os, sys
-def paragraphs(path):
-    try:
-        text = open(path, encoding="utf-8", errors="replace").read()
-    except OSError:
-        return []
-    out = []
+
+def parse_dpkg(text: str) -> list[dict[str, str]]:  # also runs in the image's python3 (3.9 or newer)
+    """Package, Version, Architecture, Status and Source of each paragraph of dpkg's status file."""
+    out: list[dict[str, str]] = []
     for block in text.split("\n\n"):
-        fields, key = {}, None
+        fields: dict[str, str] = {}
         for line in block.splitlines():
-            if line[:1] in (" ", "\t") and key:
-                continue
-            key, _, value = line.partition(":")
-            if key in ("Package", "Version", "Architecture", "Status", "Source"):
+            key, sep, value = line.partition(":")
+            if (
+                sep
+                and line[:1] not in (" ", "\t")
+                and key in ("Package", "Version", "Architecture", "Status", "Source")
+            ):
                 fields[key] = value.strip()
         if "Package" in fields:
             out.append(fields)
     return out
+
+
+def parse_os_release(text: str) -> dict[str, str]:
+    """KEY=value lines of os-release, quotes removed."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and key and not key.startswith("#"):
+            out[key] = value.strip().strip('"')
+    return out
+
+
+FILES = {"dpkg": "/var/lib/dpkg/status", "os_release": "/etc/os-release",
+         "manifest": "/opt/imagebuild/manifest.json", "kernels": "/opt/imagebuild/kernels.json"}  # fmt: skip
+
+# Runs as `python3 -I -c COLLECTOR` in the image: the same parsers, the distributions of that interpreter.
+COLLECTOR = (
+    inspect.getsource(parse_dpkg)
+    + inspect.getsource(parse_os_release)
+    + f"FILES = {FILES!r}\n"
+    + r"""
+import importlib.metadata as md, json, sys
+def read(path):
+    try:
+        return open(path, encoding="utf-8", errors="replace").read()
+    except OSError:
+        return None
 def load(path):
     try:
-        return json.load(open(path, encoding="utf-8"))
-    except (OSError, ValueError):
+        return json.loads(read(path) or "null")
+    except ValueError:
         return None
-osr = {}
-for line in open("/etc/os-release", encoding="utf-8") if os.path.exists("/etc/os-release") else []:
-    key, _, value = line.strip().partition("=")
-    if key:
-        osr[key] = value.strip('"')
 dists = []
 for dist in md.distributions():
-    name = dist.metadata["Name"]
-    if not name:
-        continue
-    direct = dist.read_text("direct_url.json")
-    where = json.loads(direct).get("url") if direct else None
-    dists.append({"name": name, "version": dist.version, "location": str(dist.locate_file("")),
-                  "installed_from": where})
-json.dump({"python": sys.version.split()[0], "os_release": osr, "dpkg": paragraphs("/var/lib/dpkg/status"),
-           "dists": dists, "manifest": load("/opt/imagebuild/manifest.json"),
-           "kernels": load("/opt/imagebuild/kernels.json")}, sys.stdout)
+    if dist.metadata["Name"]:
+        direct = dist.read_text("direct_url.json")
+        dists.append({"name": dist.metadata["Name"], "version": dist.version, "location": str(dist.locate_file("")),
+                      "installed_from": json.loads(direct).get("url") if direct else None})
+json.dump({"python": sys.version.split()[0], "dists": dists, "dpkg": parse_dpkg(read(FILES["dpkg"]) or ""),
+           "os_release": parse_os_release(read(FILES["os_release"]) or ""),
+           "manifest": load(FILES["manifest"]), "kernels": load(FILES["kernels"])}, sys.stdout)
 """
+)
 
 
 class SbomError(Exception):
@@ -88,19 +109,66 @@ def _docker(engine: Engine, *args: str, timeout: int = 300, input_text: str | No
     return proc.stdout
 
 
+def _without_python(engine: Engine, image: str) -> dict[str, Any]:
+    """The same files for an image without python3 (a minimal base): read from a created, never started
+    container; no Python distributions then."""
+    cid = _docker(engine, "create", "--network", "none", "--entrypoint", "/nonexistent", image).strip()
+    try:
+        texts = {key: _copy_out(engine, cid, path) for key, path in FILES.items()}
+        if texts["os_release"] is None:  # /etc/os-release is usually a link to /usr/lib/os-release
+            texts["os_release"] = _copy_out(engine, cid, "/usr/lib/os-release")
+    finally:
+        _docker(engine, "rm", "-f", cid)
+
+    def load(text: str | None) -> Any:
+        try:
+            return json.loads(text or "null")
+        except ValueError:
+            return None
+
+    return {
+        "python": None,
+        "dists": [],
+        "dpkg": parse_dpkg(texts["dpkg"] or ""),
+        "os_release": parse_os_release(texts["os_release"] or ""),
+        "manifest": load(texts["manifest"]),
+        "kernels": load(texts["kernels"]),
+    }
+
+
+def _copy_out(engine: Engine, cid: str, path: str) -> str | None:
+    """One regular file of a container (`docker cp CID:PATH -` streams a tar), or None."""
+    proc = subprocess.run(
+        [engine.client, "cp", f"{cid}:{path}", "-"], capture_output=True, timeout=120, env={**os.environ, **engine.env}
+    )
+    if proc.returncode != 0:
+        return None
+    with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
+        member = tar.next()
+        handle = tar.extractfile(member) if member is not None and member.isfile() else None
+        return handle.read().decode("utf-8", "replace") if handle else None
+
+
 def collect(engine: Engine, image: str, component_sources: dict[str, dict[str, Any]]) -> Inventory:
-    """Run the collector in the image (`--network none`, its own python3) and parse what it printed."""
+    """Run the collector in the image (`--network none`, its own python3) and parse what it printed;
+    an image without python3 gets its files read from outside."""
     from imagebuild.sbom import Inventory
 
-    inspect = json.loads(_docker(engine, "image", "inspect", image))[0]
-    out = _docker(engine, "run", "--rm", "--network", "none", "--entrypoint", "python3", image, "-I", "-c", COLLECTOR)
+    inspect_out = json.loads(_docker(engine, "image", "inspect", image))[0]
     try:
+        out = _docker(
+            engine, "run", "--rm", "--network", "none", "--entrypoint", "python3", image, "-I", "-c", COLLECTOR
+        )
         data = json.loads(out)
+    except SbomError as exc:
+        if "executable file not found" not in str(exc):
+            raise
+        data = _without_python(engine, image)
     except ValueError as exc:
-        raise SbomError(f"the collector in {image} printed no JSON: {out[:200]!r}") from exc
+        raise SbomError(f"the collector in {image} printed no JSON") from exc
     return Inventory(
-        image_id=inspect["Id"],
-        labels=(inspect.get("Config") or {}).get("Labels") or {},
+        image_id=inspect_out["Id"],
+        labels=(inspect_out.get("Config") or {}).get("Labels") or {},
         os_release=data.get("os_release") or {},
         dpkg=data.get("dpkg") or [],
         dists=data.get("dists") or [],

@@ -161,3 +161,20 @@ def test_verify_usage_errors_exit_2(cli, tmp_path: Path) -> None:
     assert nokey.exit_code == 2 and "not found" in nokey.stderr
     bad = cli("verify", "no ref", "--key", str(tmp_path / "absent.pub"))
     assert bad.exit_code == 2
+
+
+def test_dpkg_and_os_release_parsers() -> None:
+    from imagebuild.sbom_image import parse_dpkg, parse_os_release
+
+    status = (
+        "Package: libc6\nStatus: install ok installed\nVersion: 2.36-9\nArchitecture: amd64\n"
+        "Description: GNU C Library\n Package: not-a-field (continuation)\n\n"
+        "Package: zlib1g\nSource: zlib (1:1.2.13)\nVersion: 1:1.2.13\nArchitecture: amd64\n"
+        "Status: install ok installed\n"
+    )
+    assert parse_dpkg(status) == [
+        {"Package": "libc6", "Status": "install ok installed", "Version": "2.36-9", "Architecture": "amd64"},
+        {"Package": "zlib1g", "Source": "zlib (1:1.2.13)", "Version": "1:1.2.13", "Architecture": "amd64",
+         "Status": "install ok installed"},
+    ]  # fmt: skip
+    assert parse_os_release('# c\nID=debian\nVERSION_ID="12"\n') == {"ID": "debian", "VERSION_ID": "12"}
