@@ -18,7 +18,7 @@ import jinja2
 from imagebuild.arches import Resolution
 from imagebuild.errors import CheckFailed, ConfigError
 from imagebuild.matrix import Matrix, Target, TgiRuntime
-from imagebuild.plan import TargetPlan, image_ref, plan_for
+from imagebuild.plan import COMMITTED_DIR, TargetPlan, image_ref, plan_for
 from imagecontract.atomic import write_atomic
 
 RENDERED_FILES = ("Dockerfile", "manifest.json")
@@ -40,7 +40,7 @@ def repo_root(matrix: Matrix) -> Path:
 
 
 def default_out_dir(matrix: Matrix) -> Path:
-    return repo_root(matrix) / "dockerfiles"
+    return repo_root(matrix) / COMMITTED_DIR
 
 
 def _kv(values: dict[str, str], indent: int = 4) -> str:
