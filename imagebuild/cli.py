@@ -22,6 +22,8 @@ COMMAND_MODULES = [
     "publish",
     "kernels",
     "verify",
+    "coverage",
+    "doctor",
 ]
 
 

@@ -49,7 +49,8 @@ class Listing:
 # Every length read from a file is checked against what remains before it is used; these caps bound what one
 # crafted header can make us read or allocate (real libraries are far below each).
 MAX_READ = 1 << 20  # one header table, string table or decompressed bundle header
-MAX_ENTRIES = 1 << 16  # entries listed from one library
+MAX_ENTRIES = 1 << 16  # entries of one bundle or fat binary
+MAX_WALKED = 1 << 22  # entries walked in one library (torch's: one bundle or fat binary per source file)
 MAX_ID_LEN = 1024  # one bundle entry ID
 MAX_UNCOMPRESSED = 1 << 30  # the uncompressed size a compressed bundle may declare
 CHUNK = 1 << 19  # a search reads CHUNK plus the magic's length: within MAX_READ
@@ -295,7 +296,8 @@ def _parse_bundle(blob: Blob, pos: int) -> tuple[list[str], int]:
 def hip_bundle_ids(data: bytes | Blob) -> list[str]:
     """All entry IDs of the bundles laid one after another in a `.hip_fatbin` section (one per TU)."""
     blob = data if isinstance(data, Blob) else Blob(data, len(data))
-    ids: list[str] = []
+    ids: dict[str, None] = {}  # distinct IDs, in order: a library repeats each per source file
+    walked = 0
     pos = 0
     while pos < blob.size:
         pos = blob.find((BUNDLE_MAGIC, CCOB_MAGIC), pos)
@@ -303,14 +305,15 @@ def hip_bundle_ids(data: bytes | Blob) -> list[str]:
             break
         if blob.read(pos, len(CCOB_MAGIC), "magic") == CCOB_MAGIC:
             plain, used = _ccob_bundle(blob, pos)
-            ids.extend(_parse_bundle(plain, 0)[0])
+            entries = _parse_bundle(plain, 0)[0]
             pos += used
         else:
             entries, pos = _parse_bundle(blob, pos)
-            ids.extend(entries)
-        if len(ids) > MAX_ENTRIES:
-            raise VerifyError(f"more than {MAX_ENTRIES} offload bundle entries")
-    return ids
+        ids.update(dict.fromkeys(entries))
+        walked += len(entries)
+        if walked > MAX_WALKED or len(ids) > MAX_ENTRIES:
+            raise VerifyError(f"more than {MAX_WALKED} offload bundle entries ({MAX_ENTRIES} distinct)")
+    return list(ids)
 
 
 _HIP_ENTRY = re.compile(r"^hip(?:v4)?-amdgcn-amd-amdhsa-{1,2}(gfx\w+(?::\w+[+-])*)$")
@@ -334,7 +337,8 @@ FATBIN_ENTRY_MIN = 48  # kind .. flags: the fields read below
 def cuda_fatbin_entries(data: bytes | Blob) -> list[tuple[int, str]]:
     """(kind, arch such as '90' or '90a') for every entry of the fat binaries laid out in `.nv_fatbin`."""
     blob = data if isinstance(data, Blob) else Blob(data, len(data))
-    entries: list[tuple[int, str]] = []
+    entries: dict[tuple[int, str], None] = {}  # distinct, in order
+    walked = 0
     magic = struct.pack("<I", FATBIN_MAGIC)
     pos = 0
     while (pos := blob.find((magic,), pos)) >= 0:
@@ -351,12 +355,13 @@ def cuda_fatbin_entries(data: bytes | Blob) -> list[tuple[int, str]]:
                 raise VerifyError(f"fat binary entry at offset {cur} runs past its fat binary")
             (arch,) = blob.unpack("<I", cur + 28, "fat binary entry")
             (flags,) = blob.unpack("<Q", cur + 40, "fat binary entry")
-            entries.append((kind, f"{arch}{'a' if flags & FATBIN_FLAG_ARCH_SPECIFIC else ''}"))
-            if len(entries) > MAX_ENTRIES:
-                raise VerifyError(f"more than {MAX_ENTRIES} fat binary entries")
+            entries[(kind, f"{arch}{'a' if flags & FATBIN_FLAG_ARCH_SPECIFIC else ''}")] = None
+            walked += 1
+            if walked > MAX_WALKED or len(entries) > MAX_ENTRIES:
+                raise VerifyError(f"more than {MAX_WALKED} fat binary entries ({MAX_ENTRIES} distinct)")
             cur += entry_header + payload
         pos = end
-    return entries
+    return list(entries)
 
 
 # --- listing ------------------------------------------------------------------------------

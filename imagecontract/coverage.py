@@ -174,9 +174,9 @@ def status(want: str, code_objects: list[str], ptx: list[str]) -> str:
     if dev is None:
         return "absent"
     sass = [s for s in map(_sm, code_objects) if s]
-    if dev in sass:
-        return "present"
-    if any(s[0] == dev[0] and s[1] <= dev[1] and not s[2] for s in sass):
+    if any(s[:2] == dev[:2] for s in sass):
+        return "present"  # sm_90 and sm_90a code both run on a 9.0 device (`a`: that chip's own features)
+    if any(s[0] == dev[0] and s[1] < dev[1] and not s[2] for s in sass):
         return "compatible"  # CUDA runs SASS of an older minor of the same major; an `a` target only on its chip
     if any((p[0], p[1]) <= (dev[0], dev[1]) and (not p[2] or p[:2] == dev[:2]) for p in map(_sm, ptx) if p):
         return "ptx"

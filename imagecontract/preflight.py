@@ -54,7 +54,7 @@ def _major(arch: str) -> str:
     return arch[3:-2]
 
 
-def _covers(arches: list[str], device: str) -> bool:
+def covers(arches: list[str], device: str) -> bool:
     """AMD: LLVM's loads_on. CUDA: the same rule as the coverage table (SASS of an older minor of the same major
     runs; `+PTX` arches add PTX the driver compiles)."""
     if not device.startswith("sm_"):
@@ -95,7 +95,7 @@ def check_override(value: str | None, gpus: list[Gpu], arches: list[str]) -> tup
                     f"HSA_OVERRIDE_GFX_VERSION={value} names {gpu.describe()}'s own arch: it changes nothing, unset it",
                 )
             )
-        elif _covers(arches, native):
+        elif covers(arches, native):
             findings.append(
                 Finding(
                     "refuse",
@@ -144,7 +144,7 @@ def check(
         device = forced or gpu.arch
         if device is None:
             findings.append(Finding("warn", f"{gpu.describe()}: the driver does not say its arch; not checked"))
-        elif not _covers(arches, device):
+        elif not covers(arches, device):
             findings.append(
                 Finding(
                     "refuse",

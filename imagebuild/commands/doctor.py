@@ -1,0 +1,67 @@
+"""`imagebuild doctor [IMAGE] [--json]`: can this host run GPU containers (and IMAGE)? Exit 0 fits, 1 not, 2 usage."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import click
+
+from imagebuild.commands.common import echo_json
+from imagebuild.doctor import as_dict, describe, gather
+from imagebuild.errors import ConfigError
+
+MANIFEST = "/opt/imagebuild/manifest.json"
+
+
+def image_arches(obj: dict[str, object], given: str) -> tuple[str, list[str], str | None]:
+    """The image's arches from its manifest (gpu_arches + experimental_arches), copied out of a created, never
+    started container (no python3 needed in the image); the io.imagebuild.arches label when it has none."""
+    from docker.errors import DockerException, NotFound
+
+    from imagebuild.commands.smoke import target_names
+    from imagebuild.engine import docker_client, resolve_image
+
+    matrix_path = Path(str(obj["matrix_path"]))
+    root = matrix_path.resolve().parent if matrix_path.exists() else Path.cwd()
+    client = docker_client()
+    _, image, _ = resolve_image(client, given, target_names(matrix_path), root)
+    labels = image.labels or {}
+    container = client.api.create_container(image.id, command=["true"], entrypoint=[], network_disabled=True)
+    try:
+        stream, _ = client.api.get_archive(container["Id"], MANIFEST)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            member = tar.extractfile(tar.getmembers()[0])
+            data = json.loads(member.read() if member else b"{}")
+        arches = [str(a) for a in [*data.get("gpu_arches", []), *data.get("experimental_arches", [])]]
+        return str(image.id), arches, None
+    except NotFound:
+        label = labels.get("io.imagebuild.arches", "")
+        arches = [a for a in label.split(";") if a and a != "none"]
+        return str(image.id), arches, f"{MANIFEST} not in the image: arches from its label ({label or 'none'})"
+    except (DockerException, ValueError, tarfile.TarError) as exc:
+        raise ConfigError(f"cannot read {MANIFEST} from {given}: {exc}") from None
+    finally:
+        client.api.remove_container(container["Id"], force=True)
+
+
+@click.command("doctor")
+@click.argument("image", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON.")
+@click.pass_obj
+def command(obj: dict[str, object], image: str | None, as_json: bool) -> None:
+    """Host GPUs, driver, device nodes (numeric group IDs, can this user open them), whether IMAGE's arches cover
+    the GPUs, and the docker run / compose / Kubernetes settings for this host."""
+    facts = gather()
+    if image is not None:
+        image_id, facts.image_arches, note = image_arches(obj, image)
+        facts.image = image
+        facts.notes += [note] if note else []
+        facts.notes.append(f"image ID {image_id}")
+    if as_json:
+        echo_json(as_dict(facts))
+    else:
+        click.echo("\n".join(describe(facts)))
+    raise SystemExit(0 if not facts.problems() else 1)

@@ -1,0 +1,210 @@
+"""Arch coverage of a whole image: scan it in the image, judge the gaps against the matrix, add the result as a layer.
+
+Decision: the scanner (imagecontract/coverage.py) runs inside the image, as the image's own `python3` (`--network
+none`, user 0, entrypoint bypassed), from a read-only bind mount of this host's contract package: the files, their
+owners (pip RECORD files, dpkg lists) and the manifest are all there, nothing of the image is copied out, and it
+works for any image with a python3, ours or not, with the scanner version that wrote this host's reader. (Exporting
+the filesystem instead would move gigabytes through a tar stream and lose nothing we need; it is the fallback
+not built yet for images without python3.)
+
+Judging (the table in docs/contracts.md, "Arch coverage"): a library belongs to a matrix component when the
+Python distribution that installed it is the component's `distribution`, and to `torch` when torch installed it
+and it is torch's own (`libtorch*`, `libc10*`, `_C`). A requested arch absent from a library is a gap; the build
+fails (exit 3) on a gap in an arch its component was built for (the manifest's arches of that component: an arch
+a component is not built for is already a recorded, allowed choice). Other libraries (the platform's ROCm/CUDA
+libraries, BLAS kernel folders bundled in torch's wheel) are tabulated and their gaps reported, not judged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from imagecontract.models.coverage import COVERAGE_SCHEMA_VERSION, ArchCoverage, Gap, LibraryCoverage, ScanInfo
+
+if TYPE_CHECKING:
+    from imagebuild.build import TargetResult
+    from imagebuild.engine import Engine
+
+IMAGE_PATH = "/opt/imagebuild/arch-coverage.json"
+LABEL = "io.imagebuild.arch-coverage"
+MOUNT = "/tmp/imagebuild-contract"
+SCAN_TIMEOUT = 1800
+_TORCH_OWN = re.compile(r"^(libtorch|libc10|_C\.)")
+
+
+class CoverageError(Exception):
+    """The scan could not run in the image, or its answer could not be read."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a component promises: its libraries hold code for these arches."""
+
+    component: str
+    distribution: str
+    arches: tuple[str, ...]
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _bare(arch: str) -> str:
+    return arch.split(":")[0].removesuffix("+PTX")
+
+
+def rules(manifest: dict[str, Any] | None, distributions: dict[str, str]) -> list[Rule]:
+    """torch (every arch of the image) and each included component with a known distribution (its arches)."""
+    if not manifest:
+        return []
+    image = [*manifest.get("gpu_arches", []), *manifest.get("experimental_arches", [])]
+    out = [Rule("torch", "torch", tuple(map(_bare, image)))]
+    for name, entry in sorted((manifest.get("components") or {}).items()):
+        dist = distributions.get(name)
+        if entry.get("included") and dist:
+            built = [*entry.get("arches", []), *entry.get("experimental", []), *entry.get("fixed_arches", [])]
+            out.append(Rule(name, _norm(dist), tuple(map(_bare, built))))
+    return out
+
+
+def _rule_for(lib: dict[str, Any], found: list[Rule]) -> Rule | None:
+    owner = lib.get("owner") or ""
+    if not owner.startswith("python:"):
+        return None
+    dist = _norm(owner.removeprefix("python:"))
+    for rule in found:
+        if rule.distribution == dist and (rule.component != "torch" or _TORCH_OWN.match(Path(lib["path"]).name)):
+            return rule
+    return None
+
+
+def judge(raw: dict[str, Any], distributions: dict[str, str], target: str | None = None) -> ArchCoverage:
+    """The arch-coverage.json document from the in-image scan's output."""
+    manifest = raw.get("manifest")
+    found = rules(manifest, distributions)
+    libraries, gaps = [], []
+    for lib in raw["libraries"]:
+        rule = _rule_for(lib, found)
+        libraries.append(LibraryCoverage.from_dict({**lib, "component": rule.component if rule else None}))
+        for arch, state in lib["arches"].items():
+            if state != "absent":
+                continue
+            if rule is None:
+                gaps.append(Gap(lib["path"], arch, True, "not governed by the matrix: reported"))
+            elif _bare(arch) not in rule.arches:
+                gaps.append(Gap(lib["path"], arch, True, f"{rule.component} is not built for {arch}", rule.component))
+            else:
+                why = f"{rule.component} was built for {arch} but this library holds no code for it"
+                gaps.append(Gap(lib["path"], arch, False, why, rule.component))
+    return ArchCoverage(
+        schema_version=COVERAGE_SCHEMA_VERSION,
+        requested=list(raw["requested"]),
+        libraries=libraries,
+        gaps=gaps,
+        ok=all(g.allowed for g in gaps),
+        scan=ScanInfo.from_dict(raw["scan"]),
+        target=target or (manifest or {}).get("target"),
+    )
+
+
+def distributions_of(matrix_path: Path) -> dict[str, str]:
+    """Component name -> the Python distribution its build installs (matrix `components.<name>.distribution`)."""
+    from imagebuild.errors import ConfigError
+    from imagebuild.matrix import load_matrix
+
+    try:
+        components = load_matrix(matrix_path).model.components
+    except (ConfigError, OSError):
+        return {}
+    return {name: dist for name, comp in components.items() if (dist := getattr(comp, "distribution", None))}
+
+
+def _docker(engine: Engine, *args: str, timeout: int = 600) -> str:
+    try:
+        proc = subprocess.run(
+            [engine.client, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, **engine.env},
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise CoverageError(f"docker {args[0]} did not finish within {timeout} s") from None
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        raise CoverageError(f"docker {args[0]} failed: {tail[:300]}")
+    return proc.stdout
+
+
+def scan_image(engine: Engine, image: str, arch: str | None = None) -> dict[str, Any]:
+    """Run the scanner in the image from a read-only copy of this host's contract package; its JSON output."""
+    import imagecontract
+
+    with tempfile.TemporaryDirectory(prefix="imagebuild-contract-") as tmp:
+        os.chmod(tmp, 0o755)
+        shutil.copytree(
+            Path(imagecontract.__file__).parent,
+            Path(tmp) / "imagecontract",
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+        argv = ["run", "--rm", "--network", "none", "--user", "0", "--entrypoint", "python3"]
+        argv += ["--mount", f"type=bind,src={tmp},dst={MOUNT},readonly", image]
+        argv += ["-I", f"{MOUNT}/imagecontract/coverage.py", "--skip", MOUNT]
+        out = _docker(engine, *argv, *(["--arch", arch] if arch else []), timeout=SCAN_TIMEOUT)
+    try:
+        data = json.loads(out)
+    except ValueError:
+        raise CoverageError(f"the scanner in {image} printed no JSON: {out[:200]!r}") from None
+    if not isinstance(data, dict) or "libraries" not in data:
+        raise CoverageError(f"the scanner in {image} printed an unexpected document")
+    return data
+
+
+def add_layer(engine: Engine, image: str, tags: list[str], doc: ArchCoverage) -> str:
+    """`FROM image` + arch-coverage.json + the summary label, under the same tags; the new image ID."""
+    with tempfile.TemporaryDirectory(prefix="imagebuild-coverage-") as tmp:
+        ctx = Path(tmp)
+        (ctx / "arch-coverage.json").write_text(json.dumps(doc.to_dict(), indent=1) + "\n", encoding="utf-8")
+        label = json.dumps(doc.summary())  # a JSON string is a valid Dockerfile LABEL value
+        (ctx / "Dockerfile").write_text(
+            f"FROM {image}\nCOPY arch-coverage.json {IMAGE_PATH}\nLABEL {LABEL}={label}\n", encoding="utf-8"
+        )
+        tag_args = [arg for tag in tags for arg in ("-t", tag)]
+        _docker(engine, *engine.build_prefix()[1:], "-q", "--iidfile", str(ctx / "iid"), *tag_args, str(ctx))
+        return (ctx / "iid").read_text().strip()
+
+
+def disallowed(doc: ArchCoverage) -> str:
+    """The build's failure line: library and arch of each gap the matrix does not allow (first five)."""
+    bad = [g for g in doc.gaps if not g.allowed]
+    named = "; ".join(f"{g.library} has no {g.arch} code ({g.component} was built for it)" for g in bad[:5])
+    return f"arch coverage: {named}" + (f"; and {len(bad) - 5} more" if len(bad) > 5 else "")
+
+
+def add_coverage(engine: Engine, results: list[TargetResult], matrix_path: Path, report: Path) -> None:
+    """The build hook: for each built target scan, judge, write `<report dir>/coverage/<target>.json`, then fail
+    it (a disallowed gap: the build exits 3 naming library and arch) or add the coverage layer."""
+    built = [r for r in results if r.ok and r.image_id and r.tags]
+    dists = distributions_of(matrix_path) if built else {}
+    for result in built:
+        try:
+            doc = judge(scan_image(engine, str(result.image_id)), dists, result.target)
+            path = report.parent / "coverage" / f"{result.target}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(doc.to_dict(), indent=1) + "\n", encoding="utf-8")
+            if not doc.ok:
+                result.ok, result.failed_step = False, disallowed(doc)
+                result.log_tail = [f"{g.library}: {g.arch}: {g.why}" for g in doc.gaps if not g.allowed]
+                continue
+            result.image_id = add_layer(engine, result.tags[0], result.tags, doc)
+        except (CoverageError, OSError, ValueError) as exc:
+            result.ok, result.failed_step, result.log_tail = False, f"arch coverage: {exc}", [str(exc)]

@@ -1,0 +1,188 @@
+"""`imagebuild doctor`: this host's GPUs, driver and device nodes, whether an image's arches cover them, and the
+exact container flags (docker run, compose, Kubernetes) that give a container these GPUs.
+
+The facts come from imagecontract.driver, the same reader the in-image preflight uses, so the host and the
+container judge a GPU by one rule (imagecontract.preflight.covers). Group IDs are printed as numbers: the
+`video`/`render` names inside an image rarely map to the host's IDs, and `--group-add NAME` resolves names in
+the image. Stdlib only (the command layer adds click and the engine), so it also runs where imagebuild's
+dependencies are not installed: `python3 -m imagebuild.doctor [--json] [--arch LIST]`.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from imagecontract.driver import DeviceNode, Gpu, Identity, cuda_gpus, detect_kind, nodes_for, rocm_gpus
+from imagecontract.preflight import covers
+
+
+@dataclass
+class HostFacts:
+    kind: str  # rocm, cuda, none
+    driver: str | None
+    gpus: list[Gpu]
+    nodes: list[DeviceNode]
+    identity: Identity
+    image: str | None = None
+    image_arches: list[str] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def group_ids(self) -> list[int]:
+        return sorted({n.gid for n in self.nodes if n.exists and n.gid is not None and n.gid != 0})
+
+    def fit(self) -> dict[int, bool]:
+        """GPU index -> the image holds code that runs on it (empty without an image)."""
+        if self.image_arches is None:
+            return {}
+        return {g.index: bool(g.arch) and covers(self.image_arches, str(g.arch)) for g in self.gpus}
+
+    def problems(self) -> list[str]:
+        out = [] if self.gpus else [f"no GPU found ({self.kind} driver)" if self.kind != "none" else "no GPU driver"]
+        out += [f"cannot open {n.path}: {n.error}" for n in self.nodes if not n.openable]
+        if self.image_arches is not None and not self.image_arches:
+            out.append(f"{self.image} declares no GPU arches")
+        fit = self.fit()
+        arches = ", ".join(self.image_arches or [])
+        out += [
+            f"GPU {g.index} ({g.arch}) is not covered by {self.image} ({arches})"
+            for g in self.gpus
+            if not fit.get(g.index, True)
+        ]
+        return out
+
+
+def driver_version(root: Path, kind: str) -> str | None:
+    """amdgpu's module version (DKMS builds; in-tree kernels have none), or NVIDIA's /proc version line."""
+    if kind == "rocm":
+        version = root / "sys/module/amdgpu/version"
+        if version.is_file():
+            return "amdgpu " + version.read_text().strip()
+        return "amdgpu (in-tree)" if (root / "sys/module/amdgpu").is_dir() else "amdkfd"
+    if kind == "cuda":
+        try:
+            return (root / "proc/driver/nvidia/version").read_text().splitlines()[0].strip()
+        except (OSError, IndexError):
+            return None
+    return None
+
+
+def gather(root: Path = Path("/"), who: Identity | None = None) -> HostFacts:
+    kind = detect_kind(root)
+    gpus = rocm_gpus(root) if kind == "rocm" else cuda_gpus(root) if kind == "cuda" else []
+    return HostFacts(
+        kind, driver_version(root, kind), gpus, nodes_for(root, kind, gpus, who), who or Identity.current()
+    )
+
+
+def run_flags(facts: HostFacts) -> list[str]:
+    """The docker run flags that give a container this host's GPUs."""
+    if facts.kind == "rocm":
+        flags = [arg for n in facts.nodes if n.exists for arg in ("--device", n.path)]
+        flags += [arg for gid in facts.group_ids for arg in ("--group-add", str(gid))]
+        return [*flags, "--ipc=host", "--security-opt", "seccomp=unconfined"]
+    if facts.kind == "cuda":
+        return ["--gpus", "all", "--ipc=host"]
+    return []
+
+
+def compose_snippet(facts: HostFacts) -> str:
+    if facts.kind == "rocm":
+        lines = ["services:", "  server:", "    devices:"]
+        lines += [f"      - {n.path}:{n.path}" for n in facts.nodes if n.exists]
+        lines += ["    group_add:"] + [f'      - "{gid}"' for gid in facts.group_ids]
+        return "\n".join([*lines, "    ipc: host", "    security_opt:", "      - seccomp=unconfined"])
+    if facts.kind == "cuda":
+        return "\n".join(
+            [
+                "services:",
+                "  server:",
+                "    ipc: host",
+                "    deploy:",
+                "      resources:",
+                "        reservations:",
+                "          devices:",
+                "            - driver: nvidia",
+                "              count: all",
+                "              capabilities: [gpu]",
+            ]
+        )
+    return ""
+
+
+def kubernetes_snippet(facts: HostFacts) -> str:
+    """The container's resources (device plugins: amd.com/gpu, nvidia.com/gpu) and, on ROCm, the node groups."""
+    resource = {"rocm": "amd.com/gpu", "cuda": "nvidia.com/gpu"}.get(facts.kind)
+    if resource is None:
+        return ""
+    lines = ["spec:"]
+    if facts.kind == "rocm" and facts.group_ids:
+        lines += ["  securityContext:", f"    supplementalGroups: [{', '.join(map(str, facts.group_ids))}]"]
+    lines += ["  containers:", "    - name: server", "      resources:", "        limits:"]
+    return "\n".join([*lines, f"          {resource}: {max(1, len(facts.gpus))}"])
+
+
+def as_dict(facts: HostFacts) -> dict[str, object]:
+    return {
+        "kind": facts.kind,
+        "driver": facts.driver,
+        "gpus": [{"index": g.index, "arch": g.arch, "name": g.name, "render": g.render} for g in facts.gpus],
+        "device_nodes": [n.as_dict() for n in facts.nodes],
+        "user": {"uid": facts.identity.uid, "gids": list(facts.identity.gids)},
+        "image": facts.image,
+        "image_arches": facts.image_arches,
+        "fit": {str(k): v for k, v in facts.fit().items()},
+        "problems": facts.problems(),
+        "ok": not facts.problems(),
+        "docker_run": run_flags(facts),
+        "compose": compose_snippet(facts),
+        "kubernetes": kubernetes_snippet(facts),
+    }
+
+
+def describe(facts: HostFacts) -> list[str]:
+    lines = [f"driver: {facts.driver or 'none'} ({facts.kind})"]
+    lines += [
+        f"  GPU {g.index}: {g.name}, {g.arch or 'arch unknown'}" + (f", {g.render}" if g.render else "")
+        for g in facts.gpus
+    ] or ["  no GPU"]
+    lines.append(f"user: uid {facts.identity.uid}, groups {' '.join(map(str, facts.identity.gids))}")
+    for n in facts.nodes:
+        state = "opens" if n.openable else f"cannot open: {n.error}"
+        lines.append(f"  {n.path}: group {n.gid}, {n.mode}, {state}" if n.exists else f"  {n.path}: not present")
+    if facts.image is not None:
+        lines.append(f"image {facts.image}: arches {', '.join(facts.image_arches or []) or 'none declared'}")
+        lines += [f"  GPU {i}: {'covered' if ok else 'NOT covered'}" for i, ok in facts.fit().items()]
+    for note in facts.notes:
+        lines.append(f"note: {note}")
+    if run_flags(facts):
+        lines += ["docker run flags:", "  " + shlex.join(run_flags(facts))]
+        lines += ["compose:", *("  " + line for line in compose_snippet(facts).splitlines())]
+        lines += ["kubernetes (pod spec):", *("  " + line for line in kubernetes_snippet(facts).splitlines())]
+    problems = facts.problems()
+    lines += [f"problem: {p}" for p in problems] or ["ok: this host can run " + (facts.image or "GPU containers")]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stdlib entry point (no engine: give the image's arches with --arch): 0 fits, 1 does not."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="host GPUs, device nodes and container flags")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--arch", help="an image's arches to check the GPUs against, e.g. 'sm_80;sm_90'")
+    parser.add_argument("--root", type=Path, default=Path("/"))
+    args = parser.parse_args(argv)
+    facts = gather(args.root)
+    if args.arch is not None:
+        facts.image, facts.image_arches = "--arch", [a for a in args.arch.replace(",", ";").split(";") if a]
+    print(json.dumps(as_dict(facts), indent=2) if args.json else "\n".join(describe(facts)))
+    return 0 if not facts.problems() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
