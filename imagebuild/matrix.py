@@ -335,6 +335,10 @@ class Component(Strict):
     )
     supported: list[ArchName] = Field(default=[], description="Arches it supports.")
     experimental: list[ArchName] = Field(default=[], description="Arches it builds only with --allow-experimental.")
+    distribution: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=128)] | None = Field(
+        default=None,
+        description="The Python distribution its wheel installs: arch coverage (issue 13) knows its libraries by it.",
+    )
     optional: bool = Field(
         default=False,
         description="Leave it out (and say so) when an arch is unsupported, instead of failing.",
