@@ -266,8 +266,10 @@ def run_tuning(
             volumes={
                 str(io_dir): {"bind": "/io", "mode": "rw"},
                 str(SCRIPTS_DIR): {"bind": "/opt/imagebuild-tune", "mode": "ro"},
-                str(CONTRACT_DIR): {"bind": "/opt/imagebuild-tune/imagecontract", "mode": "ro"},
+                # Beside, not inside, the read-only scripts mount: a mount point cannot be made in a read-only one.
+                str(CONTRACT_DIR): {"bind": "/opt/imagebuild-contract/imagecontract", "mode": "ro"},
             },
+            environment={"PYTHONPATH": "/opt/imagebuild-contract"},
             **engine.device_options(gpu),
         )
     except docker.errors.ContainerError as exc:

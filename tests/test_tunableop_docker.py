@@ -236,7 +236,11 @@ def test_entrypoint_in_a_baked_image_without_gpu(engine: Any, torch_cpu_image: t
             "PYTORCH_TUNABLEOP_ENABLED": "1",
             "PYTORCH_TUNABLEOP_FILENAME": "/data/tunableop/tunableop_results%d.csv",
         },
-        volumes={str(scripts): {"bind": "/opt/imagebuild/bin", "mode": "ro"}},
+        # Where the final stage puts them: the entrypoint beside the contract package it imports.
+        volumes={
+            str(scripts): {"bind": "/opt/imagebuild/bin", "mode": "ro"},
+            str(scripts.parents[1] / "imagecontract"): {"bind": "/opt/imagebuild/imagecontract", "mode": "ro"},
+        },
         network_mode="host",
         remove=True,
         stdout=True,
