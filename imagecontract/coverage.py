@@ -84,7 +84,7 @@ def walk(root: Path, skip: Iterable[Path] = ()) -> Iterator[Path]:
                 st = path.lstat()
             except OSError:
                 continue
-            if not stat.S_ISREG(st.st_mode) or st.st_size < MIN_SIZE or (st.st_dev, st.st_ino) in seen:
+            if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) in seen:
                 continue
             seen.add((st.st_dev, st.st_ino))
             yield path
@@ -103,7 +103,8 @@ def scan(root: Path, skip: Iterable[Path] = ()) -> Scan:
             records.append(path)
         try:
             with open(path, "rb") as fh:
-                kind = _sniff(fh.read(64))
+                head = fh.read(64)
+            kind = _sniff(head) if len(head) >= MIN_SIZE else None
             if kind is None:
                 continue
             read += 1
