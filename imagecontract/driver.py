@@ -209,7 +209,7 @@ def detect_kind(root: Path = Path("/")) -> str:
 
 def visible(gpus: list[Gpu], env: dict[str, str], kind: str) -> list[Gpu]:
     """The GPUs a runtime would use: HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES, when
-    they hold indices (UUIDs are left to the runtime), renumbered as the runtime renumbers them."""
+    they hold indices (UUIDs are left to the runtime); each GPU keeps its driver index in messages."""
     names = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES") if kind == "rocm" else ("CUDA_VISIBLE_DEVICES",)
     for name in names:
         value = env.get(name)
