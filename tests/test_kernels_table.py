@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -35,13 +36,17 @@ def derive(c: dict[str, int]) -> dict[str, list[int]]:
     }
 
 
+READ_AT = re.compile(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}:[\w./-]+#L\d+-L\d+ \([\w.-]+\)")
+
+
 def test_shapes_file_derives_from_the_model_configs() -> None:
     doc = yaml.safe_load((ROOT / "bench" / "shapes.yaml").read_text())
     families = {m["family"] for m in doc["models"]}
     assert len(families) >= 6, families
     distinct = set()
     for m in doc["models"]:
-        assert m["source"].startswith("huggingface.co/") and m["source"].endswith("config.json")
+        assert m["hf_config"].startswith("huggingface.co/") and m["hf_config"].endswith(" config.json")
+        assert READ_AT.fullmatch(m["read_at"]), m["read_at"]
         assert m["shapes"] == derive(m["config"]), m["name"]
         distinct |= {tuple(v) for v in m["shapes"].values()}
     assert len(distinct) >= 30
