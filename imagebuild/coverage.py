@@ -17,6 +17,7 @@ libraries, BLAS kernel folders bundled in torch's wheel) are tabulated and their
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -173,7 +174,8 @@ def add_layer(engine: Engine, image: str, tags: list[str], doc: ArchCoverage) ->
     """`FROM image` + arch-coverage.json + the summary label, under the same tags; the new image ID."""
     with tempfile.TemporaryDirectory(prefix="imagebuild-coverage-") as tmp:
         ctx = Path(tmp)
-        (ctx / "arch-coverage.json").write_text(json.dumps(doc.to_dict(), indent=1) + "\n", encoding="utf-8")
+        stable = dataclasses.replace(doc, scan=dataclasses.replace(doc.scan, seconds=None))  # same image, same layer
+        (ctx / "arch-coverage.json").write_text(json.dumps(stable.to_dict(), indent=1) + "\n", encoding="utf-8")
         label = json.dumps(doc.summary())  # a JSON string is a valid Dockerfile LABEL value
         (ctx / "Dockerfile").write_text(
             f"FROM {image}\nCOPY arch-coverage.json {IMAGE_PATH}\nLABEL {LABEL}={label}\n", encoding="utf-8"

@@ -28,7 +28,7 @@ def render_table(doc: ArchCoverage) -> list[str]:
     scan = doc.scan
     lines.append(
         f"{len(doc.libraries)} libraries with device code; {scan.files_seen} files seen, {scan.files_read} "
-        f"read, {scan.seconds:.1f} s; {len(scan.errors)} unreadable"
+        f"read, {scan.seconds or 0:.1f} s; {len(scan.errors)} unreadable"
     )
     lines.append(f"label: {doc.summary()}")
     return lines

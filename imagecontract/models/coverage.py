@@ -49,7 +49,7 @@ class ScanInfo(Model):
 
     files_seen: int
     files_read: int
-    seconds: float
+    seconds: float | None = doc("Scan time; null in the image's copy, so an unchanged image gets the same layer")
     errors: list[str] = field(default_factory=list)
 
 
