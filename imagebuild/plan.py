@@ -18,6 +18,7 @@ from imagebuild.errors import ConfigError
 from imagebuild.imageref import LOCAL_REPO
 from imagebuild.manifest import manifest as build_manifest
 from imagebuild.matrix import TgiRuntime
+from imagecontract.models import Manifest, ModelError
 
 if TYPE_CHECKING:
     from imagebuild.arches import Resolution
@@ -247,6 +248,10 @@ def plan_for(
         if resolution.experimental:
             command += " --allow-experimental"
     manifest = build_manifest(target, resolution)
+    try:  # what crosses the seam fits the contract's model, or the plan is not made
+        Manifest.from_dict(manifest)
+    except ModelError as exc:
+        raise ConfigError(f"target {target.name}: the manifest does not fit the contract: {exc}") from None
     return TargetPlan(
         target=target,
         resolution=resolution,
