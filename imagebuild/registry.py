@@ -240,8 +240,8 @@ class Registry:
         body, media_type = self.manifest(src_repo, digest)
         if src_repo != dst_repo:
             manifest = json.loads(body)
-            if "manifests" in manifest:
-                raise RegistryError("promoting a multi-platform index is not supported")
-            for blob in [manifest["config"], *manifest.get("layers", [])]:
+            for child in manifest.get("manifests", []):  # an index: its children first, by digest
+                self.copy(src_repo, child["digest"], dst_repo, child["digest"])
+            for blob in [manifest["config"], *manifest.get("layers", [])] if "config" in manifest else []:
                 self.mount_blob(src_repo, dst_repo, blob["digest"])
         return self.put_manifest(dst_repo, tag, body, media_type)
