@@ -9,7 +9,8 @@ REGISTRY_ROOT="${IMAGEBUILD_REGISTRY_ROOT:-/var/lib/imagebuild-registry}"
 REGISTRY_ADDR="${IMAGEBUILD_REGISTRY_ADDR:-127.0.0.1:5000}"
 BASE_IMAGE="${IMAGEBUILD_BASE_IMAGE:-local/debian:bookworm}"
 DOCKER=/usr/bin/docker   # the Debian client: runs BuildKit natively with DOCKER_BUILDKIT=1
-APT_PACKAGES=(docker.io docker-registry debootstrap hipcc libamdhip64-dev rocm-device-libs clang-19 clang-tools-19 lld-19 llvm-19 binutils zstd)
+APT_PACKAGES=(docker.io docker-registry debootstrap qemu-user-static binfmt-support hipcc libamdhip64-dev rocm-device-libs clang-19 clang-tools-19 lld-19 llvm-19 binutils zstd)
+# qemu-user-static + binfmt-support: linux/arm64 images build, smoke and debootstrap under emulation (issue 15)
 # clang-tools-19: clang-offload-bundler, which clang-19 runs to bundle HIP device code (tests/test_kernels_toolchain.py)
 
 log() { printf 'setup: %s\n' "$*" >&2; }
@@ -106,31 +107,51 @@ debian_mirror() {  # the first Debian archive URI of the machine's apt sources (
     printf '%s' "$uri"
 }
 
-install_cosign() {
-    local stamp="$TRIXIE_DIR/cosign.installed"  # Debian's build says `GitVersion: devel`: record what we put there
-    if [[ -x /usr/local/bin/cosign && -f "$stamp" ]] \
-        && [[ "$(cat "$stamp")" == "${COSIGN_DEB_VERSION} $(sha256sum /usr/local/bin/cosign | cut -d' ' -f1)" ]]; then
-        return
-    fi
+trixie_fetch() {  # PACKAGE VERSION: download the .deb, check it against the Packages index, unpack to $TRIXIE_DIR/x
+    local pkg="$1" version="$2"
     local keyring=/usr/share/keyrings/debian-archive-keyring.gpg
     mkdir -p "$TRIXIE_DIR/lists/partial" "$TRIXIE_DIR/archives/partial" "$TRIXIE_DIR/x"
     printf 'deb [signed-by=%s] %s trixie main\n' "$keyring" "$(debian_mirror)" >"$TRIXIE_DIR/sources.list"
     local o=(-o "Dir::Etc::sourcelist=$TRIXIE_DIR/sources.list" -o "Dir::Etc::sourceparts=-"
         -o "Dir::State::Lists=$TRIXIE_DIR/lists" -o "Dir::Cache::archives=$TRIXIE_DIR/archives"
         -o "Dir::State::status=/dev/null" -o "APT::Sandbox::User=root")
-    log "fetch cosign ${COSIGN_DEB_VERSION} from Debian trixie"
+    log "fetch ${pkg} ${version} from Debian trixie"
     apt-get "${o[@]}" update -qq
-    (cd "$TRIXIE_DIR" && rm -f cosign_*.deb && apt-get "${o[@]}" download -qq "cosign=${COSIGN_DEB_VERSION}")
+    (cd "$TRIXIE_DIR" && rm -f "${pkg}"_*.deb && apt-get "${o[@]}" download -qq "${pkg}=${version}")
     local deb expected
-    deb="$(ls "$TRIXIE_DIR"/cosign_*.deb)"
-    expected="$(apt-cache "${o[@]}" show "cosign=${COSIGN_DEB_VERSION}" | awk '/^SHA256:/ {print $2; exit}')"
+    deb="$(ls "$TRIXIE_DIR"/"${pkg}"_*.deb)"
+    expected="$(apt-cache "${o[@]}" show "${pkg}=${version}" | awk '/^SHA256:/ {print $2; exit}')"
     if [[ -z "$expected" ]] || ! echo "${expected}  ${deb}" | sha256sum -c --quiet -; then
-        log "cosign .deb does not match the Packages index's SHA256 (${expected:-none})"
+        log "${pkg} .deb does not match the Packages index's SHA256 (${expected:-none})"
         exit 1
     fi
     rm -rf "$TRIXIE_DIR/x" && dpkg -x "$deb" "$TRIXIE_DIR/x"
+}
+
+install_cosign() {
+    local stamp="$TRIXIE_DIR/cosign.installed"  # Debian's build says `GitVersion: devel`: record what we put there
+    if [[ -x /usr/local/bin/cosign && -f "$stamp" ]] \
+        && [[ "$(cat "$stamp")" == "${COSIGN_DEB_VERSION} $(sha256sum /usr/local/bin/cosign | cut -d' ' -f1)" ]]; then
+        return
+    fi
+    trixie_fetch cosign "$COSIGN_DEB_VERSION"
     install -m 0755 "$TRIXIE_DIR/x/usr/bin/cosign" /usr/local/bin/cosign
     echo "${COSIGN_DEB_VERSION} $(sha256sum /usr/local/bin/cosign | cut -d' ' -f1)" >"$stamp"
+}
+
+# docker-buildx (`buildx imagetools` reads and assembles OCI indexes; `buildx build` when present), the same way.
+BUILDX_DEB_VERSION="0.13.1+ds1-3"
+BUILDX_PLUGIN="${HOME}/.docker/cli-plugins/docker-buildx"
+
+install_buildx() {
+    local stamp="$TRIXIE_DIR/buildx.installed"
+    if [[ -x "$BUILDX_PLUGIN" && -f "$stamp" ]] \
+        && [[ "$(cat "$stamp")" == "${BUILDX_DEB_VERSION} $(sha256sum "$BUILDX_PLUGIN" | cut -d' ' -f1)" ]]; then
+        return
+    fi
+    trixie_fetch docker-buildx "$BUILDX_DEB_VERSION"
+    install -D -m 0755 "$TRIXIE_DIR/x/usr/libexec/docker/cli-plugins/docker-buildx" "$BUILDX_PLUGIN"
+    echo "${BUILDX_DEB_VERSION} $(sha256sum "$BUILDX_PLUGIN" | cut -d' ' -f1)" >"$stamp"
 }
 
 make_base_image() {
@@ -140,10 +161,46 @@ make_base_image() {
     "$REPO_ROOT/scripts/make-base-image.sh" "$BASE_IMAGE"
 }
 
+# linux/arm64 under emulation: binfmt_misc mounted, qemu-aarch64 registered (flag F: the interpreter is opened
+# now, so it works inside containers too).
+enable_emulation() {
+    mountpoint -q /proc/sys/fs/binfmt_misc || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+    if ! grep -qs '^enabled' /proc/sys/fs/binfmt_misc/qemu-aarch64; then
+        log "enable qemu-aarch64 (binfmt)"
+        update-binfmts --enable qemu-aarch64
+    fi
+    grep -qs '^flags: .*F' /proc/sys/fs/binfmt_misc/qemu-aarch64 || {
+        log "qemu-aarch64 is not registered with flag F: arm64 containers cannot run"
+        exit 1
+    }
+}
+
+# The arm64 base (matrix.yaml: oci_platforms.linux/arm64.platforms.cpu.base_image). This engine's BuildKit looks a
+# local-only image of another platform up on Docker Hub, so builds pull it from the loopback registry.
+ARM64_BASE_LOCAL="${BASE_IMAGE}-arm64"
+ARM64_BASE="${REGISTRY_ADDR}/imagebuild-base/debian:bookworm-arm64"
+
+make_arm64_base() {
+    if ! "$DOCKER" image inspect "$ARM64_BASE_LOCAL" >/dev/null 2>&1; then
+        "$REPO_ROOT/scripts/make-base-image.sh" "$ARM64_BASE_LOCAL" bookworm arm64
+    fi
+    local id
+    id="$("$DOCKER" image inspect --format '{{.Id}}' "$ARM64_BASE_LOCAL")"
+    if [[ "$("$DOCKER" image inspect --format '{{.Id}}' "$ARM64_BASE" 2>/dev/null || true)" != "$id" ]] \
+        || ! "$DOCKER" manifest inspect --insecure "$ARM64_BASE" >/dev/null 2>&1; then
+        log "push ${ARM64_BASE}"
+        "$DOCKER" tag "$ARM64_BASE_LOCAL" "$ARM64_BASE"
+        "$DOCKER" push -q "$ARM64_BASE" >/dev/null
+    fi
+}
+
 install_apt
 install_pip
 start_engine
 start_registry
 install_cosign
+install_buildx
+enable_emulation
 make_base_image
+make_arm64_base
 log "ready: engine unix:///var/run/docker.sock, registry ${REGISTRY_ADDR}, base image ${BASE_IMAGE}"
