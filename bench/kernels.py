@@ -36,7 +36,8 @@ import yaml
 SHAPES_FILE = Path(__file__).resolve().with_name("shapes.yaml")
 SILU_SHAPES = [(1024, 28672), (2048, 18944), (8192, 14336), (4096, 28672), (16384, 14336)]  # (tokens, d)
 ROTATE_BYTES = 1 << 30  # weights rotated so that one pass over them is many times the 60 MB L2
-SPLIT_VARIANTS = (3, 12, 14, 15, 16)  # variants also swept with a K split over a cluster of 2, 4 or 8 blocks
+SPLIT_VARIANTS = (3, 12, 14, 15, 16, 20, 21)  # variants also swept with a K split over a cluster of 2, 4 or 8 blocks
+SILU_VARIANTS = (9, 10, 11, 12, 13)  # launch variants also timed under graph replay (9: the old flat default)
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 START = time.monotonic()
 
@@ -45,7 +46,20 @@ def log(msg: str) -> None:
     print(f"[{time.monotonic() - START:6.1f}s] {msg}", flush=True)
 
 
-def load_shapes(path: Path = SHAPES_FILE) -> tuple[list[int], list[dict[str, Any]]]:
+def parse_only(text: str | None) -> list[tuple[int, int]] | None:
+    """'4096x14336,8192x8192' -> [(4096, 14336), (8192, 8192)]; None keeps every shape."""
+    if not text:
+        return None
+    return [(int(a), int(b)) for a, b in (item.lower().split("x") for item in text.split(","))]
+
+
+def past(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() - START > deadline
+
+
+def load_shapes(
+    path: Path = SHAPES_FILE, only: list[tuple[int, int]] | None = None
+) -> tuple[list[int], list[dict[str, Any]]]:
     """(M values, distinct shapes with bias flag and the model layers they come from), smallest weight first."""
     doc = yaml.safe_load(path.read_text())
     shapes: dict[tuple[int, int], dict[str, Any]] = {}
@@ -54,7 +68,11 @@ def load_shapes(path: Path = SHAPES_FILE) -> tuple[list[int], list[dict[str, Any
             s = shapes.setdefault((n, k), {"N": n, "K": k, "bias": False, "sources": []})
             s["sources"].append(f"{model['name']}.{layer}")
             s["bias"] = s["bias"] or (layer == "qkv" and bool(model.get("qkv_bias")))
-    return list(doc["ms"]), sorted(shapes.values(), key=lambda s: (s["N"] * s["K"], s["N"]))
+    if only is None:
+        return list(doc["ms"]), sorted(shapes.values(), key=lambda s: (s["N"] * s["K"], s["N"]))
+    if set(only) - set(shapes):
+        raise SystemExit(f"error: --only names shapes not in {path}: {sorted(set(only) - set(shapes))}")
+    return list(doc["ms"]), [shapes[key] for key in only]  # in the order given: the most wanted first
 
 
 def time_events(fn: Callable[[], object], reps: int, warmup: int = 3) -> float:
@@ -147,6 +165,11 @@ def bench_silu(copy_gbps: float) -> list[dict[str, object]]:
             }
             per_launch = {n: time_events(f, reps=30) for n, f in fns.items()}
             graph = {n: time_graph([f] * 8, replays=10) for n, f in fns.items()}
+            op = torch.ops.imagebuild._silu_and_mul_cfg
+            variants = {
+                str(c): time_graph([lambda x=x, out=out, c=c, op=op: op(out, x, c)] * 8, replays=10)
+                for c in SILU_VARIANTS
+            }
             row: dict[str, object] = {
                 "tokens": tokens,
                 "d": d,
@@ -156,12 +179,14 @@ def bench_silu(copy_gbps: float) -> list[dict[str, object]]:
                 "graph_ms": graph,
                 "fraction_of_copy": {n: nbytes / t / 1e6 / copy_gbps for n, t in per_launch.items()},
                 "graph_fraction_of_copy": {n: nbytes / t / 1e6 / copy_gbps for n, t in graph.items()},
+                "variants_graph_fraction_of_copy": {c: nbytes / t / 1e6 / copy_gbps for c, t in variants.items()},
             }
             rows.append(row)
             gf = row["graph_fraction_of_copy"]
             log(
                 f"silu {tokens}x{d} {row['dtype']}: graph ours {graph['imagebuild'] * 1e3:.0f} us "
-                f"({gf['imagebuild']:.2f} of copy), eager {gf['torch_eager']:.2f}, compile {gf['torch_compile']:.2f}"
+                f"({gf['imagebuild']:.2f} of copy), eager {gf['torch_eager']:.2f}, compile {gf['torch_compile']:.2f}; "
+                + ", ".join(f"cfg {c} {v:.2f}" for c, v in row["variants_graph_fraction_of_copy"].items())
             )
             del x, out
     return rows
@@ -194,11 +219,14 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 def sweep(args: argparse.Namespace, copy_gbps: float, sms: int) -> dict[str, Any]:
     """Times each configuration per shape; the fastest per M half (stage A at M 1, 8, 16), then per M the best
     three of its half against cuBLAS, twice, interleaved (stage B); writes the table."""
-    ms, shapes = load_shapes(args.shapes)
+    ms, shapes = load_shapes(args.shapes, parse_only(args.only))
     entries: list[dict[str, Any]] = []
     raw: list[dict[str, Any]] = []
     for shape in shapes:
         n, kk = shape["N"], shape["K"]
+        if past(args.deadline):
+            log(f"sweep: deadline passed, {n}x{kk} and later shapes not swept")
+            break
         for dname, dtype in DTYPES.items():
             ws = rotated(n, kk, dtype)
             b = torch.randn(n, device="cuda", dtype=dtype) if shape["bias"] else None
@@ -288,14 +316,17 @@ def sweep(args: argparse.Namespace, copy_gbps: float, sms: int) -> dict[str, Any
     }
 
 
-def bench_linear(copy_gbps: float, shapes_path: Path, limit: int | None) -> list[dict[str, object]]:
+def bench_linear(args: argparse.Namespace, copy_gbps: float) -> list[dict[str, object]]:
     import imagebuild_kernels as k
 
-    ms, shapes = load_shapes(shapes_path)
+    ms, shapes = load_shapes(args.shapes, parse_only(args.only))
     compiled = torch.compile(F.linear, dynamic=True)
     rows = []
-    for shape in shapes[:limit]:
+    for shape in shapes[: args.limit]:
         n, kk = shape["N"], shape["K"]
+        if past(args.deadline):
+            log(f"bench: deadline passed, {n}x{kk} and later shapes not timed")
+            break
         for dname, dtype in DTYPES.items():
             ws = rotated(n, kk, dtype)
             b = torch.randn(n, device="cuda", dtype=dtype) if shape["bias"] else None
@@ -374,6 +405,47 @@ def summarize(doc: dict[str, Any]) -> dict[str, object]:
     }
 
 
+def merge_table(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The base table with every (dtype, N, K) that `new` measured replaced by the new entries; each entry keeps
+    the command (and copy bandwidth) of the run that measured it."""
+    for key in ("cc", "sm_count", "margin"):
+        if base.get(key) != new.get(key):
+            raise SystemExit(f"error: --merge: the base table has {key} {base.get(key)}, this run {new.get(key)}")
+    swept = {(e["dtype"], e["N"], e["K"]) for e in new["entries"]}
+    for e in new["entries"]:
+        e["run"] = new["command"]
+    kept = [dict(e) for e in base["entries"] if (e["dtype"], e["N"], e["K"]) not in swept]
+    for e in kept:
+        e.setdefault("run", base["command"])
+    out = dict(new)
+    out["entries"] = sorted(kept + new["entries"], key=lambda e: (e["N"] * e["K"], e["N"], e["dtype"], e["M"]))
+    out["runs"] = [
+        *base.get("runs", [{"command": base["command"], "copy_bandwidth": base.get("copy_bandwidth")}]),
+        {"command": new["command"], "copy_bandwidth": new.get("copy_bandwidth")},
+    ]
+    return out
+
+
+def merge_bench(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The base bench document with the rows this run timed replaced (silu rows when it timed silu, linear rows
+    per (dtype, N, K)); every row names its run; the summary is recomputed over the merged rows."""
+    run = {k: new[k] for k in ("command", "run_via", "copy_bandwidth", "torch", "cuda", "table")}
+    old_run = {k: base.get(k) for k in run}
+    for row in new["skinny_linear"] + new["silu_and_mul"]:
+        row["run"] = len(base.get("runs", [old_run]))
+    timed = {(r["dtype"], r["N"], r["K"]) for r in new["skinny_linear"]}
+    lin = [r for r in base["skinny_linear"] if (r["dtype"], r["N"], r["K"]) not in timed]
+    for r in lin + base["silu_and_mul"]:
+        r.setdefault("run", 0)
+    out = dict(new)
+    out["runs"] = [*base.get("runs", [old_run]), run]
+    out["silu_and_mul"] = new["silu_and_mul"] or base["silu_and_mul"]
+    out["skinny_linear"] = sorted(
+        lin + new["skinny_linear"], key=lambda r: (r["weight_bytes"], r["N"], r["dtype"], r["M"])
+    )
+    return out
+
+
 def command_line() -> str:
     return " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0]), *sys.argv[1:]])
 
@@ -393,6 +465,9 @@ def main() -> int:
     parser.add_argument("--shapes", type=Path, default=SHAPES_FILE, help="shapes file (default bench/shapes.yaml)")
     parser.add_argument("--margin", type=float, default=1.05, help="sweep: ours must beat cuBLAS by this factor")
     parser.add_argument("--limit", type=int, help="bench: only the first N shapes (smallest weights)")
+    parser.add_argument("--only", help="only these shapes, NxK[,NxK...] (both modes)")
+    parser.add_argument("--merge", type=Path, help="keep the other shapes' entries/rows of this table/bench file")
+    parser.add_argument("--deadline", type=float, help="seconds: start no new shape after this (both modes)")
     parser.add_argument("--skip-silu", action="store_true", help="bench: skip silu_and_mul")
     args = parser.parse_args()
     if (args.out is None) == (args.sweep is None):
@@ -413,6 +488,8 @@ def main() -> int:
         table = sweep(args, copy["gbps"], props.multi_processor_count)
         raw = table.pop("_raw")
         table["copy_bandwidth"] = copy
+        if args.merge is not None:
+            table = merge_table(json.loads(args.merge.read_text()), table)
         write_json(args.sweep, table)
         write_json(args.sweep.with_suffix(".raw.json"), {"command": table["command"], "shapes": raw})
         return 0
@@ -432,9 +509,11 @@ def main() -> int:
         ),
         "copy_bandwidth": copy,
         "silu_and_mul": [] if args.skip_silu else bench_silu(copy["gbps"]),
-        "skinny_linear": bench_linear(copy["gbps"], args.shapes, args.limit),
+        "skinny_linear": bench_linear(args, copy["gbps"]),
     }
-    if doc["silu_and_mul"]:
+    if args.merge is not None:
+        doc = merge_bench(json.loads(args.merge.read_text()), doc)
+    if doc["silu_and_mul"] and doc["skinny_linear"]:
         doc["summary"] = summarize(doc)
         print(json.dumps(doc["summary"], indent=1), flush=True)
     write_json(args.out, doc)

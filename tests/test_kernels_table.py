@@ -89,7 +89,7 @@ def test_rule_exact_nearest_far_and_m_halves() -> None:
 
 
 def test_bad_table_entries_are_refused(tmp_path: Path) -> None:
-    for bad in (("bfloat16", 64, 64, 1, 20), ("bfloat16", 64, 64, 1, 306), ("bfloat16", 64, 64, 17, 1)):
+    for bad in (("bfloat16", 64, 64, 1, 24), ("bfloat16", 64, 64, 1, 306), ("bfloat16", 64, 64, 17, 1)):
         f = tmp_path / "t.json"
         f.write_text(json.dumps(table([bad])))
         with pytest.raises(T.TableError):

@@ -114,6 +114,42 @@ __global__ void silu_and_mul_flat_kernel(T* __restrict__ out, const T* __restric
   }
 }
 
+// Grid-stride variant: a fixed grid sized to fill every multiprocessor once (no block scheduling after the start,
+// every SM keeps the same share of the loads in flight to the end); each pass a thread issues UNROLL vector loads
+// of both halves, `stride` vectors apart, before using any of them. Needs fewer than 2^31 vectors in all.
+template <typename T, int VEC, int UNROLL>
+__global__ void silu_and_mul_gs_kernel(T* __restrict__ out, const T* __restrict__ x, uint32_t nv, uint32_t total) {
+  using P = Pack<T, VEC>;
+  const P* xv = reinterpret_cast<const P*>(x);
+  P* ov = reinterpret_cast<P*>(out);
+  const uint32_t stride = gridDim.x * blockDim.x;
+  for (uint32_t base = blockIdx.x * blockDim.x + threadIdx.x; base < total; base += stride * UNROLL) {
+    P a[UNROLL], b[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const uint32_t idx = base + u * stride;
+      if (idx < total) {
+        const uint32_t row = idx / nv;
+        const size_t src = static_cast<size_t>(row) * 2 * nv + (idx - row * nv);
+        a[u] = load_pack<P, true>(xv + src);
+        b[u] = load_pack<P, true>(xv + src + nv);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const uint32_t idx = base + u * stride;
+      if (idx < total) {
+        P o;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          o.v[e] = Convert<T>::from_float(silu(Convert<T>::to_float(a[u].v[e])) * Convert<T>::to_float(b[u].v[e]));
+        }
+        store_pack<P, true>(ov + idx, o);
+      }
+    }
+  }
+}
+
 // Launch configurations; 0 picks one from the problem size. Others exist for bench/kernels.py to compare.
 struct SiluConfig {
   int threads;
@@ -132,11 +168,29 @@ inline SiluConfig silu_config(int cfg) {
     case 7: return {256, 4, true};
     case 8: return {256, 4, false};  // flat
     case 9: return {256, 2, false};  // flat
+    case 10: return {256, 2, true};  // grid-stride, 8 blocks per SM
+    case 11: return {256, 4, true};  // grid-stride, 4 blocks per SM
+    case 12: return {512, 2, true};  // grid-stride, 4 blocks per SM
+    case 13: return {128, 4, true};  // grid-stride, 16 blocks per SM
     default: return {256, 2, false};  // flat (measured best on H200 for fp16; see bench/results)
   }
 }
 
-inline constexpr int kSiluConfigs = 10;
+inline constexpr int kSiluConfigs = 14;
+// Below this many 16-byte vectors (the 176 MB class, 1024 x 28672 fp16, and smaller) cfg 0 takes the grid-stride
+// launch of cfg 10: the flat launch's ~7 waves of short blocks lost 6 us there under graph timing (0.87 of copy).
+inline constexpr int64_t kSiluGridStrideBelow = 1LL << 22;
+
+template <typename T, int VEC, int UNROLL>
+ib_error_t launch_silu_gs(T* out, const T* x, int64_t d, int64_t total, int threads, int sm_count,
+                          ib_stream_t stream) {
+  const int64_t need = (total + threads - 1) / threads;
+  const int64_t full = static_cast<int64_t>(sm_count) * (2048 / threads) / (UNROLL == 4 && threads == 256 ? 2 : 1);
+  const unsigned blocks = static_cast<unsigned>(need < full ? need : full);
+  silu_and_mul_gs_kernel<T, VEC, UNROLL><<<blocks, threads, 0, stream>>>(out, x, static_cast<uint32_t>(d / VEC),
+                                                                          static_cast<uint32_t>(total));
+  return IB_GET_LAST_ERROR();
+}
 
 template <typename T, int VEC, int UNROLL, bool STREAM>
 ib_error_t launch_silu_variant(T* out, const T* x, int64_t tokens, int64_t d, int threads, int sm_count,
@@ -165,6 +219,12 @@ ib_error_t launch_silu_and_mul(T* out, const T* x, int64_t tokens, int64_t d, in
     return launch_silu_variant<T, 1, 4, false>(out, x, tokens, d, c.threads, sm_count, stream);
   }
   const int64_t total = tokens * (d / VEC);
+  if ((cfg == 0 || cfg >= 10) && total < (1LL << 31) - 4096 && (cfg != 0 || total < kSiluGridStrideBelow)) {
+    const int gcfg = cfg == 0 ? 10 : cfg;
+    const SiluConfig g = silu_config(gcfg);
+    if (g.unroll == 4) return launch_silu_gs<T, VEC, 4>(out, x, d, total, g.threads, sm_count, stream);
+    return launch_silu_gs<T, VEC, 2>(out, x, d, total, g.threads, sm_count, stream);
+  }
   if ((cfg == 0 || cfg == 8 || cfg == 9) && total < (1LL << 31) - 4096) {
     const int64_t per_block = static_cast<int64_t>(c.threads) * c.unroll;
     const unsigned blocks = static_cast<unsigned>((total + per_block - 1) / per_block);

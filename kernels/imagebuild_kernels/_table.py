@@ -24,27 +24,33 @@ MAX_M = 16
 DTYPE_CODES = {"float16": 0, "bfloat16": 1}
 
 # Launch variants of csrc/skinny_linear.cuh `launch_skinny_linear`: id -> (warps per block, 16-row tiles per
-# block, unroll, L2 256-byte prefetch hint); 6 is the portable FMA kernel (None). cfg = 100 * split + id.
-VARIANTS: dict[int, tuple[int, int, int, int] | None] = {
-    1: (8, 1, 4, 0),
-    2: (8, 2, 2, 0),
-    3: (4, 1, 4, 0),
-    4: (8, 1, 2, 0),
-    5: (4, 2, 4, 0),
+# block, unroll, L2 256-byte prefetch hint, cp.async ring stages; 0: loads into registers); 6 is the portable FMA
+# kernel (None). cfg = 100 * split + id.
+Spec = tuple[int, int, int, int, int]
+VARIANTS: dict[int, Spec | None] = {
+    1: (8, 1, 4, 0, 0),
+    2: (8, 2, 2, 0, 0),
+    3: (4, 1, 4, 0, 0),
+    4: (8, 1, 2, 0, 0),
+    5: (4, 2, 4, 0, 0),
     6: None,
-    7: (16, 1, 2, 0),
-    8: (8, 1, 8, 0),
-    9: (16, 1, 4, 0),
-    10: (32, 1, 2, 0),
-    11: (4, 1, 8, 0),
-    12: (8, 1, 4, 1),
-    13: (4, 2, 4, 1),
-    14: (16, 1, 4, 1),
-    15: (4, 1, 8, 1),
-    16: (16, 1, 2, 1),
-    17: (32, 1, 2, 1),
-    18: (8, 2, 2, 1),
-    19: (8, 1, 8, 1),
+    7: (16, 1, 2, 0, 0),
+    8: (8, 1, 8, 0, 0),
+    9: (16, 1, 4, 0, 0),
+    10: (32, 1, 2, 0, 0),
+    11: (4, 1, 8, 0, 0),
+    12: (8, 1, 4, 1, 0),
+    13: (4, 2, 4, 1, 0),
+    14: (16, 1, 4, 1, 0),
+    15: (4, 1, 8, 1, 0),
+    16: (16, 1, 2, 1, 0),
+    17: (32, 1, 2, 1, 0),
+    18: (8, 2, 2, 1, 0),
+    19: (8, 1, 8, 1, 0),
+    20: (4, 1, 2, 1, 4),
+    21: (8, 1, 1, 1, 4),
+    22: (4, 2, 1, 1, 4),
+    23: (4, 1, 1, 1, 8),
 }
 SPLITS = (1, 2, 4, 8)
 
@@ -76,8 +82,10 @@ def describe_cfg(cfg: int) -> str:
     v = VARIANTS[cfg % 100]
     if v is None:
         return "portable FMA kernel (4 rows per block)"
-    warps, rt, unroll, hint = v
+    warps, rt, unroll, hint, stages = v
     text = f"cfg {cfg}: {warps} warps x {16 * rt} rows per block, unroll {unroll}"
+    if stages:
+        text += f", cp.async ring of {stages} passes in shared memory"
     if hint:
         text += ", L2 256B prefetch"
     s = split_of(cfg)
@@ -175,12 +183,15 @@ def explain(table: dict[str, Any] | None, dtype: str, n: int, k: int, m: int) ->
     return lines
 
 
-def variants_in_source(text: str) -> dict[int, tuple[int, int, int, int] | None]:
+def variants_in_source(text: str) -> dict[int, Spec | None]:
     """The variant list as csrc/skinny_linear.cuh's switch spells it (for the consistency test)."""
-    found: dict[int, tuple[int, int, int, int] | None] = {}
+    found: dict[int, Spec | None] = {}
     for num, args in re.findall(r"case (\d+): return launch_skinny_mma<T, (\d+, \d+, \d+, \d+)>", text):
         w, r, u, h = (int(a) for a in args.split(","))
-        found[int(num)] = (w, r, u, h)
+        found[int(num)] = (w, r, u, h, 0)
+    for num, args in re.findall(r"case (\d+): return launch_skinny_async<T, (\d+, \d+, \d+, \d+)>", text):
+        w, r, u, st = (int(a) for a in args.split(","))
+        found[int(num)] = (w, r, u, 1, st)  # cp.async always with the 256-byte L2 prefetch
     for num in re.findall(r"case (\d+): return launch_skinny_fma<T>", text):
         found[int(num)] = None
     return found
