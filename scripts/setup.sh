@@ -139,9 +139,11 @@ install_cosign() {
     echo "${COSIGN_DEB_VERSION} $(sha256sum /usr/local/bin/cosign | cut -d' ' -f1)" >"$stamp"
 }
 
-# docker-buildx (`buildx imagetools` reads and assembles OCI indexes; `buildx build` when present), the same way.
+# docker-buildx, the same way, as a standalone program (`docker-buildx imagetools inspect` shows an index). Not in
+# the CLI's plugin folder: there `imagebuild build` would take it, and its docker driver (this engine has no
+# containerd image store) refuses the registry cache export CI uses (`--cache-to type=registry`).
 BUILDX_DEB_VERSION="0.13.1+ds1-3"
-BUILDX_PLUGIN="${HOME}/.docker/cli-plugins/docker-buildx"
+BUILDX_PLUGIN=/usr/local/lib/imagebuild/docker-buildx
 
 install_buildx() {
     local stamp="$TRIXIE_DIR/buildx.installed"
