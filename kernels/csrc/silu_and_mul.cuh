@@ -114,9 +114,10 @@ __global__ void silu_and_mul_flat_kernel(T* __restrict__ out, const T* __restric
   }
 }
 
-// Grid-stride variant: a fixed grid sized to fill every multiprocessor once (no block scheduling after the start,
-// every SM keeps the same share of the loads in flight to the end); each pass a thread issues UNROLL vector loads
-// of both halves, `stride` vectors apart, before using any of them. Needs fewer than 2^31 vectors in all.
+// Grid-stride variant (cfg 10-13): a fixed grid sized to fill every multiprocessor once; each pass a thread issues
+// UNROLL vector loads of both halves, `stride` vectors apart, before using any of them. Fewer than 2^31 vectors.
+// Measured on the H200 under graph timing: 0.86-0.92 of copy at every size, below the flat default (0.95-1.02),
+// so no size class uses it by default; kept for bench/kernels.py to compare.
 template <typename T, int VEC, int UNROLL>
 __global__ void silu_and_mul_gs_kernel(T* __restrict__ out, const T* __restrict__ x, uint32_t nv, uint32_t total) {
   using P = Pack<T, VEC>;
@@ -177,9 +178,6 @@ inline SiluConfig silu_config(int cfg) {
 }
 
 inline constexpr int kSiluConfigs = 14;
-// Below this many 16-byte vectors (the 176 MB class, 1024 x 28672 fp16, and smaller) cfg 0 takes the grid-stride
-// launch of cfg 10: the flat launch's ~7 waves of short blocks lost 6 us there under graph timing (0.87 of copy).
-inline constexpr int64_t kSiluGridStrideBelow = 1LL << 22;
 
 template <typename T, int VEC, int UNROLL>
 ib_error_t launch_silu_gs(T* out, const T* x, int64_t d, int64_t total, int threads, int sm_count,
@@ -219,11 +217,9 @@ ib_error_t launch_silu_and_mul(T* out, const T* x, int64_t tokens, int64_t d, in
     return launch_silu_variant<T, 1, 4, false>(out, x, tokens, d, c.threads, sm_count, stream);
   }
   const int64_t total = tokens * (d / VEC);
-  if ((cfg == 0 || cfg >= 10) && total < (1LL << 31) - 4096 && (cfg != 0 || total < kSiluGridStrideBelow)) {
-    const int gcfg = cfg == 0 ? 10 : cfg;
-    const SiluConfig g = silu_config(gcfg);
-    if (g.unroll == 4) return launch_silu_gs<T, VEC, 4>(out, x, d, total, g.threads, sm_count, stream);
-    return launch_silu_gs<T, VEC, 2>(out, x, d, total, g.threads, sm_count, stream);
+  if (cfg >= 10 && total < (1LL << 31) - 4096) {
+    if (c.unroll == 4) return launch_silu_gs<T, VEC, 4>(out, x, d, total, c.threads, sm_count, stream);
+    return launch_silu_gs<T, VEC, 2>(out, x, d, total, c.threads, sm_count, stream);
   }
   if ((cfg == 0 || cfg == 8 || cfg == 9) && total < (1LL << 31) - 4096) {
     const int64_t per_block = static_cast<int64_t>(c.threads) * c.unroll;
