@@ -76,6 +76,7 @@ class BuildSpec:
     rendered_files: dict[str, str] = field(default_factory=dict)
     log_path: Path = Path("build/logs/build.log")
     plan: TargetPlan | None = None  # what the spec was read off (None for a hand-made spec)
+    platform: str | None = None  # the OCI platform (--platform; None: the engine's own)
 
     @property
     def iidfile(self) -> Path:
@@ -108,6 +109,7 @@ def command(spec: BuildSpec, engine: Engine) -> list[str]:
     elif spec.builder:
         raise ConfigError("--builder needs docker buildx", hint=f"{engine.client} runs BuildKit without buildx")
     argv += ["-f", str(spec.dockerfile), "--iidfile", str(spec.iidfile)] + (["--no-cache"] if spec.no_cache else [])
+    argv += ["--platform", spec.platform] if spec.platform else []
     for tag in spec.tags:
         argv += ["-t", tag]
     for key, value in sorted(spec.build_args.items()):

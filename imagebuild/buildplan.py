@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from imagebuild.build import BuildSpec, GitInfo
 from imagebuild.errors import ConfigError
-from imagebuild.plan import resolve_plan
+from imagebuild.plan import oci_platforms, resolve_plan
 
 if TYPE_CHECKING:
     from imagebuild.matrix import Matrix, Target
@@ -30,6 +30,7 @@ class PlanOptions:
     cache_to: tuple[str, ...] = ()
     builder: str | None = None
     no_cache: bool = False
+    platforms: tuple[str, ...] = ()  # OCI platforms (--platform); empty: every one the target lists
 
 
 def select_targets(matrix: Matrix, names: Sequence[str], arch: str | None) -> list[Target]:
@@ -65,19 +66,22 @@ def torch_wheels(target: Target, env: Mapping[str, str]) -> list[Path]:
 
 
 def plan_target(
-    matrix: Matrix, target: Target, options: PlanOptions, env: Mapping[str, str], git: GitInfo
+    matrix: Matrix, target: Target, options: PlanOptions, env: Mapping[str, str], git: GitInfo, oci: str | None = None
 ) -> BuildSpec:
-    """One target's BuildSpec, read off its TargetPlan; a non-default plan is rendered into build/render/."""
+    """One target's BuildSpec on one OCI platform, read off its TargetPlan; a non-default plan is rendered into
+    build/render/. The spec's name is the target's, `-<os>-<arch>` added past its first OCI platform."""
     from imagebuild.render import render_plan
 
-    target_plan = resolve_plan(matrix, target, options.arch, env, options.allow_experimental)
+    target_plan = resolve_plan(matrix, target, options.arch, env, options.allow_experimental, oci=oci)
+    target = target_plan.target
     rendered: dict[str, str] = {}
     if target_plan.default:
         files = {name: _read(target_plan.root / target_plan.out_dir / name) for name in ("Dockerfile", "manifest.json")}
     else:
         rendered = files = dict(render_plan(target_plan).files)
     return BuildSpec(
-        target=target.name,
+        target=target.name + target_plan.suffix,
+        platform=target_plan.oci,
         context=target_plan.root,
         dockerfile=target_plan.dockerfile,
         tags=target_plan.tags(git, options.tags),
@@ -103,7 +107,11 @@ def plan(
     if options.tags and len(targets) > 1 and not all("{target}" in t for t in options.tags):
         raise ConfigError("--tag with several targets must contain {target}", hint="e.g. --tag '{target}-rc1'")
     git = GitInfo.read(matrix.path.resolve().parent)
-    return [plan_target(matrix, target, options, env, git) for target in targets]
+    return [
+        plan_target(matrix, target, options, env, git, oci)
+        for target in targets
+        for oci in oci_platforms(target, options.platforms)
+    ]
 
 
 def _read(path: Path) -> str:

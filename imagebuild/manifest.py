@@ -38,6 +38,15 @@ def manifest(target: Target, resolution: Resolution) -> dict[str, Any]:
             "arch_vars": {},
             "fixed_arches": [],
         }
+    for name, reason in target.left_out:  # optional components absent on this OCI platform
+        components[name] = {
+            "included": False,
+            "arches": [],
+            "experimental": [],
+            "reason": reason,
+            "arch_vars": {},
+            "fixed_arches": [],
+        }
     tunable = target.tunableop
     return {
         "schema_version": MANIFEST_SCHEMA_VERSION,
@@ -48,6 +57,8 @@ def manifest(target: Target, resolution: Resolution) -> dict[str, Any]:
             "version": platform.version,
             "base_image": platform.base_image,
             "base_digest": platform.base_digest,
+            "oci": target.oci_platform,
+            "oci_notes": list(target.oci_notes),
         },
         "torch": {
             "version": target.torch.reported_version(platform.kind),

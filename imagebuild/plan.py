@@ -18,6 +18,7 @@ from imagebuild.errors import ConfigError
 from imagebuild.imageref import LOCAL_REPO
 from imagebuild.manifest import manifest as build_manifest
 from imagebuild.matrix import TgiRuntime
+from imagebuild.matrix.oci import BASELINE, for_oci, slug
 from imagecontract.models import Manifest, ModelError
 
 if TYPE_CHECKING:
@@ -62,6 +63,26 @@ class TargetPlan:
         return self.target.name
 
     @property
+    def oci(self) -> str:
+        """The OCI platform this plan builds (linux/amd64, linux/arm64)."""
+        return self.target.oci_platform
+
+    @property
+    def primary(self) -> bool:
+        """The target's first OCI platform: its files, tags and records keep the target's plain names."""
+        return self.oci == self.target.oci_platforms[0]
+
+    @property
+    def key(self) -> str:
+        """`<target>` for the first OCI platform, `<target>/<os>-<arch>` for the others (directories)."""
+        return self.name if self.primary else f"{self.name}/{slug(self.oci)}"
+
+    @property
+    def suffix(self) -> str:
+        """ "" for the first OCI platform, `-<os>-<arch>` for the others (tags, logs, records)."""
+        return "" if self.primary else f"-{slug(self.oci)}"
+
+    @property
     def dockerfile(self) -> Path:
         return self.root / self.out_dir / "Dockerfile"
 
@@ -72,7 +93,7 @@ class TargetPlan:
 
     @property
     def log_path(self) -> Path:
-        return self.root / "build" / "logs" / f"{self.name}.log"
+        return self.root / "build" / "logs" / f"{self.name}{self.suffix}.log"
 
     def stage(self, name: str) -> Stage:
         for stage in self.stages:
@@ -94,9 +115,9 @@ class TargetPlan:
 
     def tags(self, git: GitInfo, extra: Sequence[str] = ()) -> list[str]:
         """`imagebuild:<target>`, `imagebuild:<target>-<short sha>`, then --tag values ({target} filled in)."""
-        tags = [f"{LOCAL_REPO}:{self.name}", f"{LOCAL_REPO}:{self.name}-{git.short}"]
+        tags = [f"{LOCAL_REPO}:{self.name}{self.suffix}", f"{LOCAL_REPO}:{self.name}{self.suffix}-{git.short}"]
         for tag in extra:
-            tag = tag.replace("{target}", self.name)
+            tag = tag.replace("{target}", self.name) + self.suffix
             tags.append(tag if ":" in tag.rsplit("/", 1)[-1] else f"{LOCAL_REPO}:{tag}")
         return tags
 
@@ -119,6 +140,8 @@ class TargetPlan:
         target = self.target
         return {
             "name": target.name,
+            "oci_platform": self.oci,
+            "oci_platforms": list(target.oci_platforms),
             "platform": target.platform_name,
             "kind": target.platform.kind,
             "platform_version": target.platform.version,
@@ -139,13 +162,15 @@ class TargetPlan:
         """The plan as `--dry-run` prints it, the same for every command."""
         res = self.resolution
         lines = [
-            f"plan {self.name}: arches {res.arch_list or 'none (CPU)'} [from {self.source}]"
+            f"plan {self.name} ({self.oci}): arches {res.arch_list or 'none (CPU)'} [from {self.source}]"
             + ("" if self.default else " (not the matrix default)"),
             f"  files   {self.out_dir}/Dockerfile, {self.manifest_path}",
         ]
         for name, comp in res.components.items():
             if not comp.included:
                 lines.append(f"  leaves out {name}: {comp.reason}")
+        lines += [f"  leaves out {name}: {reason}" for name, reason in self.target.left_out]
+        lines += [f"  {self.oci}: {note}" for note in self.target.oci_notes]
         for stage in self.stages:
             shown = " ".join(f"{k}={v}" for k, v in stage.arch_env.items()) or "-"
             lines.append(f"  stage   {stage.name:<28} FROM {stage.parent:<10} {shown}")
@@ -195,6 +220,7 @@ def static_labels(manifest: Mapping[str, Any]) -> dict[str, str]:
         "org.opencontainers.image.version": torch["version"],
         "io.imagebuild.target": manifest["target"],
         "io.imagebuild.platform": manifest["platform"]["name"],
+        "io.imagebuild.oci-platform": manifest["platform"]["oci"],
         "io.imagebuild.torch": torch["version"],
         "io.imagebuild.arches": ";".join(manifest["gpu_arches"]) or "none",
         "io.imagebuild.patches": ",".join(p["name"] for p in torch["patches"]),
@@ -223,19 +249,24 @@ def plan_for(
     resolution: Resolution | None = None,
     *,
     out_dir: str | None = None,
+    oci: str | None = None,
 ) -> TargetPlan:
-    """The plan of target under resolution (the matrix default when None).
+    """The plan of target under resolution (the matrix default when None) for one OCI platform (None: the one
+    target is already for, else its first).
 
     out_dir (relative to the repository) overrides where the files live; the committed dockerfiles/ directory
     only ever holds the default resolution.
     """
+    target = on_oci(matrix, target, oci)
     root = matrix.path.resolve().parent
     resolution = resolution or target.resolve(env={})
     source = resolution.source
     default = _is_default(target, resolution)
     if default and source not in DEFAULT_SOURCES:  # the same arches asked for by name: the committed files
         resolution = target.resolve(env={})
-    where = out_dir or (f"{COMMITTED_DIR}/{target.name}" if default else f"{RENDER_DIR}/{target.name}")
+    first = target.oci_platform == target.oci_platforms[0]
+    key = target.name if first else f"{target.name}/{slug(target.oci_platform)}"
+    where = out_dir or (f"{COMMITTED_DIR}/{key}" if default else f"{RENDER_DIR}/{key}")
     if not default and Path(where).parts[:1] == (COMMITTED_DIR,):
         raise ConfigError(
             f"target {target.name}: arches {resolution.arch_list} are not the matrix default; "
@@ -243,6 +274,8 @@ def plan_for(
             hint=f"leave --out out (they go to {RENDER_DIR}/{target.name}) or name another directory",
         )
     command = f"imagebuild render {target.name}"
+    if target.oci_platform != target.oci_platforms[0]:
+        command += f" --platform {target.oci_platform}"
     if not default:
         command += f" --arch '{resolution.arch_list}'"
         if resolution.experimental:
@@ -273,6 +306,24 @@ def resolve_plan(
     env: Mapping[str, str],
     allow_experimental: bool = False,
     out_dir: str | None = None,
+    oci: str | None = None,
 ) -> TargetPlan:
     """Resolve arches (--arch > environment > matrix) and plan; the one entry point of every command."""
+    target = on_oci(matrix, target, oci)
     return plan_for(matrix, target, target.resolve(arch, dict(env), allow_experimental), out_dir=out_dir)
+
+
+def on_oci(matrix: Matrix, target: Target, oci: str | None) -> Target:
+    """target for OCI platform oci; None keeps the one it is for (a target from the matrix: its first)."""
+    fresh = target.oci_platform == BASELINE  # as the matrix expanded it (the baseline's values)
+    want = oci or (target.oci_platforms[0] if fresh else target.oci_platform)
+    if want == target.oci_platform:
+        return target
+    if not fresh:
+        raise ConfigError(f"target {target.name} is already planned for {target.oci_platform}, not {want}")
+    return for_oci(target, matrix.model.oci_platforms, want)
+
+
+def oci_platforms(target: Target, wanted: Sequence[str] = ()) -> list[str]:
+    """The OCI platforms to act on: those asked for (--platform), else every one the target lists."""
+    return list(wanted) or list(target.oci_platforms)

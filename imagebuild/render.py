@@ -236,7 +236,7 @@ def render_plan(plan: TargetPlan) -> Rendered:
     manifest_text = json.dumps(plan.manifest, indent=2, sort_keys=True) + "\n"
     notes = [f"{name}: {comp.reason}" for name, comp in plan.resolution.components.items() if comp.reason]
     files = {"Dockerfile": dockerfile, "manifest.json": manifest_text}
-    return Rendered(plan.name, files, plan.resolution, notes)
+    return Rendered(plan.key, files, plan.resolution, notes)
 
 
 def render_target(
@@ -269,8 +269,9 @@ def write_rendered(rendered: Rendered, out_dir: Path) -> list[Path]:
 
 
 def render_all(matrix: Matrix, targets: list[Target]) -> list[Rendered]:
-    """Render every target in memory first, so a failure leaves no file half written."""
-    return [render_target(matrix, target) for target in targets]
+    """Render every target, on every OCI platform it lists, in memory first, so a failure leaves no file half
+    written."""
+    return [render_plan(plan_for(matrix, t, oci=oci)) for t in targets for oci in t.oci_platforms]
 
 
 def differences(files: dict[str, str], directory: Path) -> list[str]:

@@ -107,6 +107,12 @@ class RichProgress(PlainProgress):
 @click.option("--cache-to", multiple=True, help="Registry cache to write (passed to BuildKit).")
 @click.option("--builder", help="A buildx builder (e.g. a remote BuildKit).")
 @click.option("--no-cache", is_flag=True, help="Build every step again (cold build timing).")
+@click.option(
+    "--platform",
+    "platforms",
+    multiple=True,
+    help="OCI platform to build (linux/arm64; repeatable); default: every one the target lists.",
+)
 @click.option("--tag", "tags", multiple=True, help="Extra tag; may contain {target}.")
 @click.option("--secret", "secrets", multiple=True, help="Extra BuildKit secret: id=NAME,src=FILE or id=NAME,env=VAR.")
 @click.pass_obj
@@ -122,6 +128,7 @@ def command(  # noqa: PLR0913
     cache_to: tuple[str, ...],
     builder: str | None,
     no_cache: bool,
+    platforms: tuple[str, ...],
     tags: tuple[str, ...],
     secrets: tuple[str, ...],
 ) -> None:
@@ -133,7 +140,7 @@ def command(  # noqa: PLR0913
         from imagebuild.matrix import load_matrix
 
         matrix = load_matrix(Path(str(obj["matrix_path"])))
-        options = PlanOptions(arch, allow_experimental, tags, cache_from, cache_to, builder, no_cache)
+        options = PlanOptions(arch, allow_experimental, tags, cache_from, cache_to, builder, no_cache, platforms)
         specs = plan(matrix, targets, options)
         engine = probe.result()
     for spec in specs:

@@ -15,7 +15,7 @@ from imagebuild import render
 from imagebuild.commands.common import echo_plans, matrix_from, warn, write_all
 from imagebuild.errors import ConfigError
 from imagebuild.matrix import Matrix, Target
-from imagebuild.plan import TargetPlan, plan_for
+from imagebuild.plan import TargetPlan, oci_platforms, on_oci, plan_for
 
 
 @click.command(name="render")
@@ -30,6 +30,12 @@ from imagebuild.plan import TargetPlan, plan_for
 @click.option("--arch", "arch_arg", help="Render for this arch list instead of the matrix default.")
 @click.option("--allow-experimental", is_flag=True, help="Accept experimental arches (with --arch).")
 @click.option("--dry-run", is_flag=True, help="Print each target's plan and where its files go; write nothing.")
+@click.option(
+    "--platform",
+    "platforms",
+    multiple=True,
+    help="OCI platform to render (linux/arm64; repeatable); default: every one the target lists.",
+)
 @click.pass_context
 def command(
     ctx: click.Context,
@@ -39,6 +45,7 @@ def command(
     arch_arg: str | None,
     allow_experimental: bool,
     dry_run: bool,
+    platforms: tuple[str, ...],
 ) -> None:
     """Render dockerfiles/<target>/Dockerfile and manifest.json for each target (all by default)."""
     matrix = matrix_from(ctx)
@@ -51,7 +58,11 @@ def command(
         )
     for item in unpinned:
         warn(f"unpinned: {item}")
-    plans = [_plan(matrix, target, arch_arg, allow_experimental, out_dir) for target in selected]
+    plans = [
+        _plan(matrix, on_oci(matrix, target, oci), arch_arg, allow_experimental, out_dir)
+        for target in selected
+        for oci in oci_platforms(target, platforms)
+    ]
     if dry_run:
         echo_plans(plans)
         for plan in plans:
@@ -84,12 +95,13 @@ def _plan(
     if arch_arg is None:
         return plan_for(matrix, target)
     resolution = target.resolve(arch_arg, dict(os.environ), allow_experimental)
-    where = f"{_relative(out_dir, matrix)}/{target.name}" if out_dir is not None else None
+    key = plan_for(matrix, target).key
+    where = f"{_relative(out_dir, matrix)}/{key}" if out_dir is not None else None
     return plan_for(matrix, target, resolution, out_dir=where)
 
 
 def _dest(plan: TargetPlan, out_dir: Path | None) -> Path:
-    return out_dir / plan.name if out_dir is not None else plan.root / plan.out_dir
+    return out_dir / plan.key if out_dir is not None else plan.root / plan.out_dir
 
 
 def _relative(out_dir: Path, matrix: Matrix) -> str:

@@ -37,6 +37,10 @@ class Target:
     runtime: TgiRuntime | PipRuntime | None
     tunableop: TunableOp
     allow_experimental: bool
+    oci_platforms: tuple[str, ...] = ("linux/amd64",)  # the OCI (CPU) platforms it is built for
+    oci_platform: str = "linux/amd64"  # the one this target value is for (matrix.oci.for_oci)
+    oci_notes: tuple[str, ...] = ()  # what differs on that OCI platform, and why (recorded in the manifest)
+    left_out: tuple[tuple[str, str], ...] = ()  # optional components absent on that OCI platform, with the reason
 
     def arch_supports(self) -> list[arches.ArchSupport]:
         """The torch build and every component, as the arch resolver sees them."""
@@ -225,6 +229,7 @@ def _check_references(model: MatrixModel, pos: _Positions, file: Path) -> list[T
                     runtime=runtime,
                     tunableop=model.tunableop,
                     allow_experimental=group.allow_experimental or model.settings.allow_experimental,
+                    oci_platforms=tuple(group.oci_platforms),
                 )
             )
     for target in targets:

@@ -55,6 +55,10 @@ class Platform(Model):
     base_image: str
     version: str | None = None
     base_digest: str | None = None
+    oci: str = doc("The OCI platform of this image (linux/amd64, linux/arm64)", default="linux/amd64")
+    oci_notes: list[str] = doc(
+        "What differs on this OCI platform from the matrix's linux/amd64 values, and why", default_factory=list
+    )
 
 
 @dataclass

@@ -244,6 +244,7 @@ LABEL org.opencontainers.image.title="rocm6.1-torch2.3" \
       org.opencontainers.image.version="2.3.0+rocm6.1" \
       io.imagebuild.target="rocm6.1-torch2.3" \
       io.imagebuild.platform="rocm6.1" \
+      io.imagebuild.oci-platform="linux/amd64" \
       io.imagebuild.torch="2.3.0+rocm6.1" \
       io.imagebuild.arches="gfx908;gfx942" \
       io.imagebuild.patches="" \

@@ -1,0 +1,94 @@
+"""OCI (CPU) platforms in the matrix: availability per platform, refused with the reason, or left out and recorded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from imagebuild.errors import ConfigError
+from imagebuild.matrix import load_matrix, load_text
+from imagebuild.matrix.oci import for_oci
+from imagebuild.plan import plan_for
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def matrix():  # type: ignore[no-untyped-def]
+    return load_matrix(ROOT / "matrix.yaml")
+
+
+def test_local_cpu_lists_two_platforms_and_arm64_records_its_torch(matrix) -> None:  # type: ignore[no-untyped-def]
+    target = matrix.target("local-cpu")
+    assert target.oci_platforms == ("linux/amd64", "linux/arm64")
+    amd, arm = (plan_for(matrix, target, oci=oci) for oci in target.oci_platforms)
+    assert (amd.out_dir, arm.out_dir) == ("dockerfiles/local-cpu", "dockerfiles/local-cpu/linux-arm64")
+    assert amd.manifest["platform"]["oci"] == "linux/amd64" and amd.manifest["platform"]["oci_notes"] == []
+    assert arm.manifest["platform"]["oci"] == "linux/arm64"
+    assert arm.manifest["torch"]["version"] == "2.10.0" != amd.manifest["torch"]["version"]
+    assert any("torch 2.10.0 (not 2.13.0)" in note for note in arm.manifest["platform"]["oci_notes"])
+    assert arm.labels["io.imagebuild.oci-platform"] == "linux/arm64"
+    assert arm.manifest["runtime"] is not None  # the runtime's arm64 pins exist
+    assert "requirements.linux-arm64.txt" in arm.target.runtime.requirements  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("target", "reason"),
+    [
+        ("rocm6.1-torch2.3", "platform rocm6.1 has no linux/arm64 build: ROCm publishes no arm64"),
+        ("cuda12.1-torch2.3", "torch 2.3.0 (cuda) has no linux/arm64 build: the cu121 index"),
+    ],
+)
+def test_a_platform_without_the_pieces_is_refused_with_the_reason(matrix, target: str, reason: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ConfigError, match=reason.replace("(", r"\(").replace(")", r"\)")):
+        plan_for(matrix, matrix.target(target), oci="linux/arm64")
+
+
+def test_a_platform_the_target_does_not_list_is_refused(matrix) -> None:  # type: ignore[no-untyped-def]
+    text = (
+        (ROOT / "matrix.yaml")
+        .read_text()
+        .replace("    oci_platforms: [linux/amd64, linux/arm64]", "    oci_platforms: [linux/amd64]")
+    )
+    target = load_text(text, ROOT / "matrix.yaml").target("local-cpu")
+    with pytest.raises(ConfigError, match="target local-cpu is not built for linux/arm64"):
+        plan_for(matrix, target, oci="linux/arm64")
+
+
+def _with_component_rule(optional: bool) -> str:
+    text = (ROOT / "matrix.yaml").read_text()
+    runtimes = "    runtimes:\n      transformers-serve:\n"
+    text = text.replace(
+        runtimes,
+        "    components:\n      imagebuild-kernels: {unavailable: no aarch64 build of these ops here}\n" + runtimes,
+    )
+    if optional:
+        text = text.replace(
+            "    experimental: []\n    optional: false\n  vllm-rocm:",
+            "    experimental: []\n    optional: true\n  vllm-rocm:",
+        )
+    return text
+
+
+def test_a_required_component_absent_on_the_platform_refuses() -> None:
+    matrix = load_text(_with_component_rule(optional=False), ROOT / "matrix.yaml")
+    with pytest.raises(ConfigError, match="component imagebuild-kernels has no linux/arm64 build: no aarch64 build"):
+        for_oci(matrix.target("local-cpu"), matrix.model.oci_platforms, "linux/arm64")
+
+
+def test_an_optional_component_absent_on_the_platform_is_left_out_and_recorded() -> None:
+    matrix = load_text(_with_component_rule(optional=True), ROOT / "matrix.yaml")
+    plan = plan_for(matrix, matrix.target("local-cpu"), oci="linux/arm64")
+    entry = plan.manifest["components"]["imagebuild-kernels"]
+    assert entry["included"] is False and "no linux/arm64 build: no aarch64 build" in entry["reason"]
+    assert not any(s.name == "component-imagebuild-kernels" for s in plan.stages)
+    assert any("leaves out imagebuild-kernels" in line for line in plan.describe())
+    amd = plan_for(matrix, matrix.target("local-cpu"), oci="linux/amd64")
+    assert amd.manifest["components"]["imagebuild-kernels"]["included"] is True
+
+
+def test_arm64_gpu_arches_are_those_of_arm64_hosts(matrix) -> None:  # type: ignore[no-untyped-def]
+    rules = matrix.model.oci_platforms["linux/arm64"]
+    assert rules.platforms["cuda12.1"].arches == ["sm_90"]  # GH200
+    assert rules.platforms["rocm6.1"].unavailable
