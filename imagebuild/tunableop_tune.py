@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from imagebuild import engine
+from imagebuild import engine, tunableop_shapes
 from imagebuild import tunableop as top
 from imagebuild.errors import BuildFailed, CheckFailed, ConfigError
 from imagecontract.atomic import write_atomic
@@ -246,7 +246,7 @@ def run_tuning(
 
     if not (SCRIPTS_DIR / "tune_gemms.py").is_file():
         raise ConfigError(f"the in-image tuning script is missing: {SCRIPTS_DIR / 'tune_gemms.py'}")
-    Path(io_dir, "shapes.json").write_text(top.shapes_json(gemms), encoding="utf-8")
+    Path(io_dir, "shapes.json").write_text(tunableop_shapes.shapes_json(gemms), encoding="utf-8")
     command = [
         "/opt/imagebuild-tune/tune_gemms.py",
         "--shapes=/io/shapes.json",

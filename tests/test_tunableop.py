@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from imagebuild import tunableop as top
+from imagebuild import tunableop_shapes as ts
 from imagebuild.cli import main
 from imagebuild.errors import CheckFailed, ConfigError
 
@@ -247,10 +248,10 @@ def test_merge_malformed_input_exits_2(tmp_path: Path) -> None:
 
 
 def test_shapes_file_expands_to_gemms() -> None:
-    gemms = top.parse_shapes((DATA / "shapes_llama70b.txt").read_text())
+    gemms = ts.parse_shapes((DATA / "shapes_llama70b.txt").read_text())
     assert len(gemms) == 20
     assert gemms[0] == {"tokens": 1, "in_features": 28672, "out_features": 8192, "dtype": "float16"}
-    assert json.loads(top.shapes_json(gemms))["gemms"][3]["tokens"] == 7
+    assert json.loads(ts.shapes_json(gemms))["gemms"][3]["tokens"] == 7
 
 
 @pytest.mark.parametrize(
@@ -266,7 +267,7 @@ def test_shapes_file_expands_to_gemms() -> None:
 )
 def test_bad_shapes_are_malformed(text: str, words: str) -> None:
     with pytest.raises(top.MalformedFile, match=words):
-        top.parse_shapes(text, "s.txt")
+        ts.parse_shapes(text, "s.txt")
 
 
 def test_tune_rejects_a_bad_shapes_file_before_touching_the_engine(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from imagebuild import tunableop as top
+from imagebuild import tunableop_shapes as ts
 from imagebuild.cli import main
 
 pytestmark = pytest.mark.docker
@@ -212,7 +213,7 @@ def test_tuning_container_runs_the_mounted_script_and_reports_its_failure(
     from imagebuild import tunableop_tune as tt
     from imagebuild.errors import BuildFailed
 
-    gemms = top.parse_shapes("out=64 in=32 tokens=1,2\n")
+    gemms = ts.parse_shapes("out=64 in=32 tokens=1,2\n")
     with pytest.raises(BuildFailed, match=r"failed \(exit 2\): error: no GPU visible to torch"):
         tt.run_tuning(engine, torch_cpu_image[0], gemms, tmp_path, gpu="none")
     assert json.loads((tmp_path / "shapes.json").read_text())["gemms"][1]["tokens"] == 2

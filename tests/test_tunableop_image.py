@@ -12,6 +12,7 @@ from types import ModuleType
 import pytest
 
 from imagebuild import tunableop as top
+from imagebuild import tunableop_shapes as ts
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "image" / "tunableop"
@@ -141,7 +142,7 @@ def test_tuning_script_refuses_without_a_gpu(tmp_path: Path) -> None:
     if torch.cuda.is_available():
         pytest.skip("this host has a GPU: see test_tuning_script_on_gpu")
     shapes = tmp_path / "shapes.json"
-    shapes.write_text(top.shapes_json(top.parse_shapes("out=64 in=32 tokens=1\n")))
+    shapes.write_text(ts.shapes_json(ts.parse_shapes("out=64 in=32 tokens=1\n")))
     proc = subprocess.run(
         [sys.executable, str(SCRIPTS / "tune_gemms.py"), f"--shapes={shapes}", f"--out={tmp_path}/r%d.csv"],
         capture_output=True,
@@ -157,7 +158,7 @@ def test_tuning_script_on_gpu(tmp_path: Path) -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs a GPU (bench/gpu_tunableop.sh ran this on an H200; results in bench/results/)")
     shapes = tmp_path / "shapes.json"
-    shapes.write_text(top.shapes_json(top.parse_shapes("out=256 in=128 tokens=1,2\n")))
+    shapes.write_text(ts.shapes_json(ts.parse_shapes("out=256 in=128 tokens=1,2\n")))
     report = tmp_path / "report.json"
     subprocess.run(
         [

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from imagebuild import tunableop as top
+from imagebuild import tunableop_shapes
 from imagebuild.errors import CheckFailed, ConfigError
 from imagecontract.atomic import write_atomic
 
@@ -133,7 +134,7 @@ def tune_cmd(
         text = shapes.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{shapes}: cannot read: {exc}") from None
-    gemms = top.parse_shapes(text, str(shapes))
+    gemms = tunableop_shapes.parse_shapes(text, str(shapes))
     outcome = tt.tune(
         docker_client(),
         image,
