@@ -99,6 +99,7 @@ class TargetResult:
     log: str
     dockerfile: str
     command: list[str]
+    coverage: str | None = None  # arch coverage: the document written, or why the image was not scanned
 
 
 def command(spec: BuildSpec, engine: Engine) -> list[str]:

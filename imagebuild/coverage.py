@@ -5,7 +5,8 @@ none`, user 0, entrypoint bypassed), from a read-only bind mount of this host's 
 owners (pip RECORD files, dpkg lists) and the manifest are all there, nothing of the image is copied out, and it
 works for any image with a python3, ours or not, with the scanner version that wrote this host's reader. (Exporting
 the filesystem instead would move gigabytes through a tar stream and lose nothing we need; it is the fallback
-not built yet for images without python3.)
+not built yet for images without python3.) An image without python3 has no torch and no component to judge: the
+build records "not scanned: no python3 in the image" and warns instead of failing.
 
 Judging (the table in docs/contracts.md, "Arch coverage"): a library belongs to a matrix component when the
 Python distribution that installed it is the component's `distribution`, and to `torch` when torch installed it
@@ -43,6 +44,13 @@ _TORCH_OWN = re.compile(r"^(libtorch|libc10|_C\.)")
 
 class CoverageError(Exception):
     """The scan could not run in the image, or its answer could not be read."""
+
+
+class NoPython(CoverageError):
+    """The image has no python3 to run the scanner: nothing of torch or the matrix components is in it to judge."""
+
+
+NO_PYTHON = "not scanned: no python3 in the image"
 
 
 @dataclass(frozen=True)
@@ -140,6 +148,8 @@ def _docker(engine: Engine, *args: str, timeout: int = 600) -> str:
         )
     except subprocess.TimeoutExpired:
         raise CoverageError(f"docker {args[0]} did not finish within {timeout} s") from None
+    if proc.returncode == 127 and "executable file not found" in proc.stderr and "--entrypoint" in args:
+        raise NoPython(NO_PYTHON)  # docker run's 127: the entrypoint (python3 here) is not in the image
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
         raise CoverageError(f"docker {args[0]} failed: {tail[:300]}")
@@ -192,21 +202,29 @@ def disallowed(doc: ArchCoverage) -> str:
     return f"arch coverage: {named}" + (f"; and {len(bad) - 5} more" if len(bad) > 5 else "")
 
 
-def add_coverage(engine: Engine, results: list[TargetResult], matrix_path: Path, report: Path) -> None:
+def add_coverage(engine: Engine, results: list[TargetResult], matrix_path: Path, report: Path) -> list[str]:
     """The build hook: for each built target scan, judge, write `<report dir>/coverage/<target>.json`, then fail
-    it (a disallowed gap: the build exits 3 naming library and arch) or add the coverage layer."""
+    it (a disallowed gap: the build exits 3 naming library and arch) or add the coverage layer. Each result's
+    `coverage` says where the document is or why there is none; the warning lines (an image without python3 is
+    not scanned) are returned for the command to print."""
     built = [r for r in results if r.ok and r.image_id and r.tags]
     dists = distributions_of(matrix_path) if built else {}
+    warnings: list[str] = []
     for result in built:
         try:
             doc = judge(scan_image(engine, str(result.image_id)), dists, result.target)
             path = report.parent / "coverage" / f"{result.target}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(doc.to_dict(), indent=1) + "\n", encoding="utf-8")
+            result.coverage = str(path)
             if not doc.ok:
                 result.ok, result.failed_step = False, disallowed(doc)
                 result.log_tail = [f"{g.library}: {g.arch}: {g.why}" for g in doc.gaps if not g.allowed]
                 continue
             result.image_id = add_layer(engine, result.tags[0], result.tags, doc)
+        except NoPython:
+            result.coverage = NO_PYTHON
+            warnings.append(f"{result.target}: arch coverage {NO_PYTHON}")
         except (CoverageError, OSError, ValueError) as exc:
             result.ok, result.failed_step, result.log_tail = False, f"arch coverage: {exc}", [str(exc)]
+    return warnings

@@ -317,3 +317,31 @@ def test_the_sm_image_passes_and_carries_its_table_and_label(engine: Any, tmp_pa
         env=env,
     ).stdout.strip()
     assert label == "sm_80=2/2 sm_86=2/2 sm_90=1/2 gaps=1 disallowed=0"
+
+
+@pytest.mark.docker
+def test_an_image_without_python3_is_recorded_as_not_scanned_and_builds(engine: Any, tmp_path: Path) -> None:
+    """local/debian:bookworm has no python3, hence no torch and no component: the hook records and warns, the
+    image stays as BuildKit made it, and no coverage document is written."""
+    import subprocess
+
+    from imagebuild.build import raise_on_failure
+    from imagebuild.coverage import NO_PYTHON, add_coverage
+
+    tag = f"{PREFIX}:no-python"
+    env = {**os.environ, **engine.env}
+    subprocess.run([engine.client, "tag", "local/debian:bookworm", tag], check=True, env=env)
+    image_id = subprocess.run(
+        [engine.client, "image", "inspect", "--format", "{{.Id}}", tag],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout.strip()
+    result = result_for("coverage-none", image_id, tag)
+    warnings = add_coverage(engine, [result], REPO / "matrix.yaml", tmp_path / "build-report.json")
+    assert result.ok and result.failed_step is None and result.image_id == image_id
+    assert result.coverage == NO_PYTHON == "not scanned: no python3 in the image"
+    assert warnings == [f"coverage-none: arch coverage {NO_PYTHON}"]
+    assert not (tmp_path / "coverage").exists()
+    raise_on_failure([result], tmp_path / "build-report.json")  # nothing to raise
