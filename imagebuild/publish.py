@@ -19,6 +19,7 @@ from imagebuild.errors import ConfigError, PublishFailed
 from imagebuild.imageref import LOCAL_REPO, ImageRef
 from imagebuild.registry import Registry, RegistryError, RepoRef
 from imagecontract.atomic import write_atomic
+from imagecontract.models import ModelError, SmokeReport
 
 if TYPE_CHECKING:
     import docker
@@ -105,26 +106,16 @@ class PublishResult:
 def report_refusal(report: Any, image_id: str) -> str | None:
     """Why a smoke report does not let this image be published, or None when it does.
 
-    `passed` alone is not trusted: the checks listed must agree with it (none failed, at least one passed;
-    a report of nothing is not a pass) and the suite must have exited 0 where the exit code is recorded.
+    The document must fit the contract's SmokeReport and be about this image ID; the rule itself (`passed` must
+    agree with the checks and the exit code) is `SmokeReport.refusal()`, the one place it lives.
     """
-    if not isinstance(report, dict):
-        return "not a smoke report"
-    if report.get("image_id") != image_id:
+    try:
+        smoke = SmokeReport.from_dict(report)
+    except ModelError as exc:
+        return f"not a smoke report ({str(exc)[:160]})"
+    if smoke.image_id != image_id:
         return "written for another image"
-    if report.get("passed") is not True:
-        return "did not pass"
-    checks = report.get("checks")
-    if not isinstance(checks, list) or not all(isinstance(c, dict) for c in checks):
-        return "lists no checks"
-    failed = [str(c.get("name"))[:40] for c in checks if c.get("status") == "failed"]
-    if failed:
-        return f"says passed but lists failed check(s): {', '.join(failed[:5])}"
-    if not any(c.get("status") == "passed" for c in checks):
-        return "ran no check"
-    if report.get("exit_code", 0) != 0:
-        return f"says passed but the suite exited {str(report.get('exit_code'))[:20]}"
-    return None
+    return smoke.refusal()
 
 
 def find_passing_report(image_id: str, candidates: Iterable[Path]) -> Path | None:

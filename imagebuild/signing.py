@@ -26,6 +26,7 @@ from imagebuild.registry import Registry, RegistryError, RepoRef
 from imagebuild.sbom import IMAGE_PATH as SBOM_PATH
 from imagebuild.sbom import validate
 from imagecontract.atomic import write_atomic
+from imagecontract.models import SmokeReport
 
 if TYPE_CHECKING:
     import docker
@@ -81,7 +82,7 @@ def _smoke(image_id: str, reports: list[Path]) -> list[tuple[str, dict[str, Any]
     for path in reports:
         if find_passing_report(image_id, [path]) is not None:
             report = json.loads(path.read_text(encoding="utf-8"))
-            out.append((str(report.get("arch") or "cpu"), report))
+            out.append((SmokeReport.from_dict(report).arch or "cpu", report))  # it fits: find_passing_report said so
     return out
 
 

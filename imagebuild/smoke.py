@@ -11,12 +11,13 @@ import shutil
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from imagebuild.engine import detect_gpu, device_options
 from imagebuild.envvars import env_int
 from imagebuild.errors import ConfigError, SmokeFailed
 from imagecontract.atomic import write_atomic
+from imagecontract.models import ModelError, SmokeReport
 
 if TYPE_CHECKING:
     import docker
@@ -34,7 +35,7 @@ class SmokeOutcome:
     report_path: Path
     junit_path: Path
     log_path: Path
-    report: dict[str, Any]
+    report: SmokeReport
     exit_code: int
 
 
@@ -108,19 +109,21 @@ def run_smoke(
             write_atomic(junit_path, (out / "junit.xml").read_text())
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    return SmokeOutcome(image_id, report_path, junit_path, log_path, report, exit_code)
+    try:
+        smoke = SmokeReport.from_dict(report)
+    except ModelError as exc:
+        raise SmokeFailed(f"the smoke report does not fit the contract: {exc}", hint=f"report: {report_path}") from None
+    return SmokeOutcome(image_id, report_path, junit_path, log_path, smoke, exit_code)
 
 
 def judge(outcome: SmokeOutcome) -> tuple[list[str], SmokeFailed | None]:
-    """Lines to print, and SmokeFailed (exit 4) unless the suite exited 0 and the report says passed."""
-    checks = outcome.report.get("checks") or []
-    lines = [
-        f"{c.get('status', '?'):8} {c.get('name')}" + (f"  ({c['reason']})" if c.get("reason") else "") for c in checks
-    ]
-    failed = [c.get("name") for c in checks if c.get("status") == "failed"]
-    ran = any(c.get("status") == "passed" for c in checks)  # a report of nothing is not a pass
-    if outcome.exit_code != 0 or outcome.report.get("passed") is not True or failed or not ran:
-        what = ", ".join(map(str, failed)) or (f"suite exit {outcome.exit_code}" if ran else "no check ran")
+    """Lines to print, and SmokeFailed (exit 4) unless the report passes the rule the publish gate applies
+    (`SmokeReport.refusal`: passed, no failed check, one that ran, suite exit 0)."""
+    checks = outcome.report.checks
+    lines = [f"{c.status:8} {c.name}" + (f"  ({c.reason})" if c.reason else "") for c in checks]
+    refusal = outcome.report.refusal()
+    if refusal is not None:
+        what = ", ".join(c.name for c in checks if c.status == "failed") or refusal
         return lines, SmokeFailed(
             f"smoke failed in {outcome.image_id[:19]}: {what}", hint=f"report: {outcome.report_path}"
         )

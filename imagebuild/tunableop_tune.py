@@ -17,6 +17,7 @@ from imagebuild import engine, tunableop_shapes
 from imagebuild import tunableop as top
 from imagebuild.errors import BuildFailed, CheckFailed, ConfigError
 from imagecontract.atomic import write_atomic
+from imagecontract.models import Manifest, ModelError
 
 if TYPE_CHECKING:
     import docker
@@ -52,8 +53,9 @@ def _require_image(c: docker.DockerClient, image: str) -> Any:
         raise ConfigError(f"image {image!r} not found in the engine", hint="build or pull it first") from None
 
 
-def _read_manifest(c: docker.DockerClient, image: str) -> dict[str, Any] | None:
-    """/opt/imagebuild/manifest.json from the image, read from a created (never started) container."""
+def _read_manifest(c: docker.DockerClient, image: str) -> Manifest | None:
+    """/opt/imagebuild/manifest.json from the image, read from a created (never started) container, as the
+    contract's model; one that does not fit it is an error naming the key."""
     import io
     import tarfile
 
@@ -64,11 +66,15 @@ def _read_manifest(c: docker.DockerClient, image: str) -> dict[str, Any] | None:
         stream, _ = container.get_archive(MANIFEST_PATH)
         with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
             member = tar.extractfile("manifest.json")
-            return json.loads(member.read()) if member else None
+            data = json.loads(member.read()) if member else None
     except (docker.errors.NotFound, docker.errors.APIError, KeyError, json.JSONDecodeError):
         return None
     finally:
         container.remove(force=True)
+    try:
+        return None if data is None else Manifest.from_dict(data)
+    except ModelError as exc:
+        raise ConfigError(f"{image}: {MANIFEST_PATH} does not fit the contract: {exc}") from None
 
 
 def _probe_torch(c: docker.DockerClient, image: str, gpu: str) -> dict[str, Any] | None:
@@ -155,12 +161,10 @@ def image_validators(c: docker.DockerClient, image: str, gpu: str = "auto") -> t
         return _from_versions(kind, probe["torch"], f"torch {probe['torch']} in {image} (no GPU)", notes)
     manifest = _read_manifest(c, image)
     if manifest:
-        kind = str((manifest.get("platform") or {}).get("kind") or "cpu")
-        version = (manifest.get("torch") or {}).get("version") or (manifest.get("versions") or {}).get("torch")
-        arches = manifest.get("gpu_arches") or []
-        if arches:
-            notes.append(f"image built for {', '.join(arches)}")
-        return _from_versions(kind, version, f"the manifest of {image} (no torch could be run)", notes)
+        if manifest.gpu_arches:
+            notes.append(f"image built for {', '.join(manifest.gpu_arches)}")
+        source = f"the manifest of {image} (no torch could be run)"
+        return _from_versions(manifest.platform.kind, manifest.torch.version, source, notes)
     labels = _require_image(c, image).labels or {}
     if "io.imagebuild.torch" in labels:
         kind = "rocm" if "rocm" in labels.get("io.imagebuild.platform", "") else "cuda"

@@ -18,6 +18,7 @@ from imagebuild.errors import ConfigError
 from imagebuild.publish import report_refusal
 from imagebuild.registry import Registry, RegistryError, RepoRef
 from imagebuild.sbom import validate
+from imagecontract.models import SmokeReport
 
 
 @dataclass
@@ -117,9 +118,9 @@ def _check_smoke(v: Verification, statements: list[dict[str, Any]]) -> None:
             continue
         refusals = [report_refusal(r, v.image_id or "") for r in mine]
         if None in refusals:
-            report = mine[refusals.index(None)]
-            passed = sum(1 for c in report.get("checks", []) if c.get("status") == "passed")
-            v.add(f"smoke {arch}", True, f"passed ({passed} checks passed, device {report.get('device')})")
+            report = SmokeReport.from_dict(mine[refusals.index(None)])  # it fits: report_refusal said so
+            passed = sum(1 for c in report.checks if c.status == "passed")
+            v.add(f"smoke {arch}", True, f"passed ({passed} checks passed, device {report.device})")
         else:
             v.add(f"smoke {arch}", False, f"smoke report {refusals[0]}")
 

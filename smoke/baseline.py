@@ -5,35 +5,33 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from imagecontract.models import ModelError, SmokeReport
 from smoke.manifest import ManifestError, load_json
 from smoke.result import FAILED, PASSED, CheckResult
 
 
-def load(path: str) -> dict[str, Any]:
-    """A previous report; a non-finite throughput in it is an error (a NaN compares false and would pass all)."""
-    data = load_json(path, "baseline")
-    if not isinstance(data.get("checks"), list):
-        raise ManifestError(f"baseline {path}: not a smoke report (no 'checks' list)")
-    for check in data["checks"]:
-        throughput = check.get("throughput") if isinstance(check, dict) else None
-        if not isinstance(throughput, dict):
-            continue
-        for key, value in throughput.items():
+def load(path: str) -> SmokeReport:
+    """A previous report, as the contract's model; a non-finite throughput in it is an error (a NaN compares
+    false and would pass all)."""
+    try:
+        report = SmokeReport.from_dict(load_json(path, "baseline"))
+    except ModelError as exc:
+        raise ManifestError(f"baseline {path}: not a smoke report ({str(exc)[:200]})") from None
+    for check in report.checks:
+        for key, value in check.throughput.items():
             if isinstance(value, float) and not math.isfinite(value):
-                name = str(check.get("name"))[:40]
-                raise ManifestError(f"baseline {path}: check {name!r} throughput {str(key)[:60]!r} is {value}")
-    return data
+                raise ManifestError(f"baseline {path}: check {check.name[:40]!r} throughput {key[:60]!r} is {value}")
+    return report
 
 
-def apply(results: list[CheckResult], baseline: dict[str, Any], arch: str, tolerance: float) -> dict[str, Any]:
+def apply(results: list[CheckResult], baseline: SmokeReport, arch: str, tolerance: float) -> dict[str, Any]:
     """Fail checks whose throughput fell (latency rose) more than ``tolerance`` past the baseline's; a summary."""
-    summary: dict[str, Any] = {"tolerance": tolerance, "baseline_arch": baseline.get("arch"), "compared": 0}
-    if baseline.get("arch") != arch:
-        summary["note"] = f"baseline arch {baseline.get('arch')} != {arch}: throughput not compared"
+    summary: dict[str, Any] = {"tolerance": tolerance, "baseline_arch": baseline.arch, "compared": 0}
+    if baseline.arch != arch:
+        summary["note"] = f"baseline arch {baseline.arch} != {arch}: throughput not compared"
         return summary
-    checks = [c for c in baseline["checks"] if isinstance(c, dict)]
-    old = {c.get("name"): c.get("throughput") or {} for c in checks}
-    old_latency = {c.get("name"): c.get("latency") or {} for c in checks}
+    old = {c.name: c.throughput for c in baseline.checks}
+    old_latency = {c.name: c.latency for c in baseline.checks}
     regressions: list[str] = []
     for res in results:
         if res.status not in (PASSED, FAILED):

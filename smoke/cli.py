@@ -15,6 +15,7 @@ import traceback
 from typing import Any, NoReturn
 
 from imagecontract.atomic import write_atomic
+from imagecontract.models import SmokeReport
 from smoke import baseline as baseline_mod
 from smoke import manifest as manifest_mod
 from smoke import report as report_mod
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     return run_suite(args, manifest, base)
 
 
-def run_suite(args: argparse.Namespace, manifest: manifest_mod.Manifest, base: dict[str, Any] | None) -> int:
+def run_suite(args: argparse.Namespace, manifest: manifest_mod.Manifest, base: SmokeReport | None) -> int:
     # torch is imported only here, so usage errors answer fast and without it.
     try:
         import torch  # noqa: F401

@@ -136,7 +136,7 @@ def test_standin_server_that_generates_passes_with_timings_and_baseline(tmp_path
 
     # The same numbers against a baseline that was much faster: a latency rise fails the check.
     fast = {"name": "runtime", "status": "passed", "throughput": {}, "latency": {"ttft_s": 1e-6}}
-    base = write_json(tmp_path / "base.json", {"schema_version": 1, "arch": "cpu", "checks": [fast]})
+    base = write_json(tmp_path / "base.json", {"schema_version": 1, "passed": True, "arch": "cpu", "checks": [fast]})
     proc, check = _run_check(tmp_path, _runtime(tmp_path, "ok"), "--baseline", str(base))
     assert proc.returncode == 1 and check["status"] == "failed", check
     assert "latency regression: ttft_s" in check["reason"]

@@ -127,7 +127,9 @@ def test_baseline_throughput_drop_fails(tmp_path: Path, manifest: Path) -> None:
 
     def baseline(value: float) -> Path:
         check = {"name": "silu", "status": "passed", "throughput": dict.fromkeys(keys, value)}
-        return write_json(tmp_path / f"base{value}.json", {"schema_version": 1, "arch": "cpu", "checks": [check]})
+        return write_json(
+            tmp_path / f"base{value}.json", {"schema_version": 1, "passed": True, "arch": "cpu", "checks": [check]}
+        )
 
     args = ("--manifest", str(manifest), "--only", "silu")
     report = tmp_path / "report.json"

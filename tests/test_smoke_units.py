@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from imagecontract.models import SmokeReport
 from smoke.checks.environment import same_version
 from smoke.checks.tunableop import parse_results_file, row_for, tamper
 from smoke.device import gfx_from_override, gfx_from_target_version
@@ -90,7 +91,9 @@ def test_baseline_other_arch_is_not_compared() -> None:
     from smoke.baseline import apply
 
     res = CheckResult("silu", throughput={"x_GBps": 1.0})
-    summary = apply([res], {"arch": "sm_90", "checks": [{"name": "silu", "throughput": {"x_GBps": 100.0}}]}, "cpu", 0.1)
+    check = {"name": "silu", "status": "passed", "throughput": {"x_GBps": 100.0}}
+    base = SmokeReport.from_dict({"schema_version": 1, "passed": True, "arch": "sm_90", "checks": [check]})
+    summary = apply([res], base, "cpu", 0.1)
     assert res.status == "passed" and "not compared" in summary["note"]
 
 

@@ -68,7 +68,7 @@ def manifest(kind: str, torch_version: str, arches: list[str]) -> bytes:
         "torch": {"version": torch_version, "obtained": "wheel", "patches": []},
         "gpu_arches": arches,
         "tunableop": {"enabled": True, "tuning": False, "filename": "/data/tunableop/tunableop_results%d.csv"},
-        "versions": {"torch": torch_version},
+        "versions": {"torch": torch_version, "python": "3.11"},
     }
     return json.dumps(doc).encode()
 

@@ -13,6 +13,7 @@ import pytest
 from imagebuild.arches import parse_target, requested_arches
 from imagebuild.errors import ConfigError
 from imagebuild.publish import find_passing_report, report_refusal
+from imagecontract.models import SmokeReport
 from smoke import baseline as baseline_mod
 from smoke.manifest import ManifestError
 from smoke.report import verdict
@@ -56,6 +57,7 @@ def test_verdict_needs_a_check_that_ran_and_none_that_failed(statuses: list[str]
 
 def smoke_report(**changes: object) -> dict[str, object]:
     base: dict[str, object] = {
+        "schema_version": 1,
         "image_id": IMAGE,
         "passed": True,
         "exit_code": 0,
@@ -70,10 +72,12 @@ def smoke_report(**changes: object) -> dict[str, object]:
         (smoke_report(checks=[{"name": "silu", "status": "failed"}, {"name": "env", "status": "passed"}]), "failed"),
         (smoke_report(checks=[]), "ran no check"),
         (smoke_report(checks=[{"name": "attention", "status": "skipped"}]), "ran no check"),
-        (smoke_report(checks=None), "lists no checks"),
-        (smoke_report(checks=["passed"]), "lists no checks"),
+        (smoke_report(checks=None), "not a smoke report (checks: expected a list"),
+        (smoke_report(checks=["passed"]), "not a smoke report (checks[0]: expected an object"),
         (smoke_report(exit_code=1), "exited 1"),
-        (smoke_report(passed="true"), "did not pass"),
+        (smoke_report(passed=False), "did not pass"),
+        (smoke_report(passed="true"), "not a smoke report (passed: expected bool"),
+        ({k: v for k, v in smoke_report().items() if k != "schema_version"}, "schema_version: missing"),
         (smoke_report(image_id="sha256:" + "b" * 64), "another image"),
         ([], "not a smoke report"),
     ],
@@ -102,7 +106,10 @@ def test_publish_gate_accepts_a_real_pass(tmp_path: Path) -> None:
 def test_non_finite_baseline_is_a_one_line_usage_error(tmp_path: Path, bad: str) -> None:
     path = tmp_path / "base.json"
     path.write_text(
-        '{"arch": "cpu", "checks": [{"name": "silu", "throughput": {"F.silu_GBps": NUMBER}}]}'.replace("NUMBER", bad)
+        '{"schema_version": 1, "passed": true, "arch": "cpu", '
+        '"checks": [{"name": "silu", "status": "passed", "throughput": {"F.silu_GBps": NUMBER}}]}'.replace(
+            "NUMBER", bad
+        )
     )
     with pytest.raises(ManifestError, match="F.silu_GBps"):
         baseline_mod.load(str(path))
@@ -110,6 +117,12 @@ def test_non_finite_baseline_is_a_one_line_usage_error(tmp_path: Path, bad: str)
     proc = run_smoke(tmp_path, "--manifest", str(manifest), "--only", "silu", "--baseline", str(path))
     assert proc.returncode == 2 and proc.stderr.startswith("error: baseline ")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_baseline_that_is_not_a_smoke_report_names_the_key(tmp_path: Path) -> None:
+    path = write_json(tmp_path / "base.json", {"schema_version": 1, "arch": "cpu", "checks": []})
+    with pytest.raises(ManifestError, match=r"not a smoke report \(passed: missing\)"):
+        baseline_mod.load(str(path))
 
 
 def test_a_binary_baseline_is_a_one_line_usage_error(tmp_path: Path) -> None:
@@ -121,9 +134,9 @@ def test_a_binary_baseline_is_a_one_line_usage_error(tmp_path: Path) -> None:
 
 def test_a_nan_measurement_fails_instead_of_passing() -> None:
     res = CheckResult("silu", throughput={"F.silu_GBps": math.nan})
-    summary = baseline_mod.apply(
-        [res], {"arch": "cpu", "checks": [{"name": "silu", "throughput": {"F.silu_GBps": 5.0}}]}, "cpu", 0.1
-    )
+    check = {"name": "silu", "status": "passed", "throughput": {"F.silu_GBps": 5.0}}
+    base = SmokeReport.from_dict({"schema_version": 1, "passed": True, "arch": "cpu", "checks": [check]})
+    summary = baseline_mod.apply([res], base, "cpu", 0.1)
     assert res.status == FAILED and summary["regressions"]
 
 
