@@ -191,7 +191,10 @@ def add_layer(engine: Engine, image: str, tags: list[str], doc: ArchCoverage) ->
             f"FROM {image}\nCOPY arch-coverage.json {IMAGE_PATH}\nLABEL {LABEL}={label}\n", encoding="utf-8"
         )
         tag_args = [arg for tag in tags for arg in ("-t", tag)]
-        _docker(engine, *engine.build_prefix()[1:], "-q", "--iidfile", str(ctx / "iid"), *tag_args, str(ctx))
+        from imagebuild.sbom_image import platform_args
+
+        plat = platform_args(engine, image)
+        _docker(engine, *engine.build_prefix()[1:], "-q", *plat, "--iidfile", str(ctx / "iid"), *tag_args, str(ctx))
         return (ctx / "iid").read_text().strip()
 
 

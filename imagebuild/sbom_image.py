@@ -16,6 +16,7 @@ import inspect
 import io
 import json
 import os
+import re
 import subprocess
 import tarfile
 import tempfile
@@ -178,6 +179,13 @@ def collect(engine: Engine, image: str, component_sources: dict[str, dict[str, A
     )
 
 
+def platform_args(engine: Engine, image: str) -> list[str]:
+    """`--platform os/arch` of a built image: a layer on another platform's image (linux/arm64 here) must say so,
+    or BuildKit looks for a host-platform image of that name on Docker Hub."""
+    found = _docker(engine, "image", "inspect", "--format", "{{.Os}}/{{.Architecture}}", image).strip()
+    return ["--platform", found] if re.fullmatch(r"[a-z0-9]+/[a-z0-9]+", found) else []
+
+
 def add_layer(engine: Engine, image: str, tags: list[str], sbom_text: str) -> str:
     """Build `FROM image` + the SBOM file under the same tags; returns the new image ID."""
     from imagebuild.sbom import IMAGE_PATH
@@ -189,7 +197,8 @@ def add_layer(engine: Engine, image: str, tags: list[str], sbom_text: str) -> st
         iid = ctx / "iid"
         tag_args = [arg for tag in tags for arg in ("-t", tag)]
         build = engine.build_prefix()[1:]  # argv after the client: ["build"] or ["buildx", "build"]
-        _docker(engine, *build, "-q", "--iidfile", str(iid), *tag_args, str(ctx), timeout=600)
+        plat = platform_args(engine, image)
+        _docker(engine, *build, "-q", *plat, "--iidfile", str(iid), *tag_args, str(ctx), timeout=600)
         return iid.read_text().strip()
 
 
