@@ -92,6 +92,7 @@ class PublishResult:
     warning: str | None = None
     error: str | None = None
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    platforms: dict[str, str] = field(default_factory=dict)  # an index: OCI platform -> child digest
     ref: ImageRef | None = None  # the image, as build or the registry recorded it; pushed: repository and digest
 
     def write(self, path: Path) -> None:

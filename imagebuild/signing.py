@@ -145,6 +145,11 @@ def sign_published(
     return _attach(repo, digest, items, signer, log)
 
 
+def sign_index(repo: RepoRef, digest: str, signer: Signer, log: Callable[[str], None]) -> list[str]:
+    """Sign an OCI index's digest: what `imagebuild verify` on the bare tag checks before each child."""
+    return _attach(repo, digest, [], signer, log)
+
+
 def sign_promoted(
     src: RepoRef,
     dest: RepoRef,

@@ -16,6 +16,7 @@ from imagebuild import attest
 from imagebuild.cosign import CosignError, Verifier, verified_statements, verify_signature
 from imagebuild.errors import ConfigError
 from imagebuild.publish import report_refusal
+from imagebuild.publish_index import index_children
 from imagebuild.registry import Registry, RegistryError, RepoRef
 from imagebuild.sbom import validate
 from imagecontract.models import SmokeReport
@@ -135,6 +136,10 @@ def verify_image(text: str, verifier: Verifier, need_smoke: bool = True) -> Veri
         if v.digest is None:
             v.add("image", False, f"{text} does not exist in {repo.host}")
             return v
+        children = index_children(registry, repo, v.digest)
+        if children is not None:  # an OCI index: its own signature, then each platform's image in full
+            _check_signature(v, f"{repo}@{v.digest}", verifier)
+            return _verify_children(v, repo, children, verifier, need_smoke)
         v.image_id, config = registry.config(repo.repo, v.digest)
     except RegistryError as exc:
         raise ConfigError(f"cannot read {text}: {exc}") from None
@@ -142,6 +147,30 @@ def verify_image(text: str, verifier: Verifier, need_smoke: bool = True) -> Veri
     v.target = labels.get("io.imagebuild.target")
     v.arches = attest.claimed_arches(labels)
     ref = f"{repo}@{v.digest}"
+    _check_signature(v, ref, verifier)
+    _check_sbom(v, _statements(v, ref, "sbom", attest.SBOM_TYPE, verifier))
+    _check_provenance(v, _statements(v, ref, "provenance", attest.PROVENANCE_TYPE, verifier), labels)
+    if need_smoke:
+        _check_smoke(v, _statements(v, ref, "smoke", attest.SMOKE_TYPE, verifier))
+    return v
+
+
+def _verify_children(
+    v: Verification, repo: RepoRef, children: dict[str, str], verifier: Verifier, need_smoke: bool
+) -> Verification:
+    """Every child of an index verified as an image of its own; its findings named by platform."""
+    v.add("index", bool(children), ", ".join(f"{p} {d[:19]}" for p, d in children.items()) or "no children")
+    for platform, digest in children.items():
+        child = verify_image(f"{repo}@{digest}", verifier, need_smoke)
+        v.target = v.target or child.target
+        v.arches = sorted({*v.arches, *child.arches})
+        for finding in child.findings:
+            v.add(f"{platform} {finding.what}", finding.ok, finding.detail)
+    return v
+
+
+def _check_signature(v: Verification, ref: str, verifier: Verifier) -> None:
+    """A cosign signature whose payload names exactly this digest."""
     try:
         payloads = verify_signature(ref, verifier)
         signed = [
@@ -154,8 +183,3 @@ def verify_image(text: str, verifier: Verifier, need_smoke: bool = True) -> Veri
         )
     except CosignError as exc:
         v.add("signature", False, f"none verifies with {verifier.describe()}: {exc}")
-    _check_sbom(v, _statements(v, ref, "sbom", attest.SBOM_TYPE, verifier))
-    _check_provenance(v, _statements(v, ref, "provenance", attest.PROVENANCE_TYPE, verifier), labels)
-    if need_smoke:
-        _check_smoke(v, _statements(v, ref, "smoke", attest.SMOKE_TYPE, verifier))
-    return v

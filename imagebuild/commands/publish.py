@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from imagebuild.commands import publish_index as index
 from imagebuild.commands import publish_signing as signing
 from imagebuild.commands.common import check_writable, one_line, warn
 from imagebuild.errors import ConfigError, ImagebuildError, PublishFailed
@@ -36,7 +37,7 @@ def _smoke_reports(root: Path, given: tuple[Path, ...]) -> tuple[list[Path], boo
             raise ConfigError(f"smoke report {path} not found")
     if given:
         return list(given), True
-    return sorted((root / "build" / "smoke").glob("*/report.json")), False
+    return sorted((root / "build" / "smoke").rglob("report.json")), False  # <target>/<os>-<arch>/ too
 
 
 def _gate(result: PublishResult, image_id: str, found: tuple[list[Path], bool], allow_unsmoked: bool) -> None:
@@ -97,11 +98,19 @@ def command(
     reports = _smoke_reports(root, smoke_reports)
     signing.check_options()  # signing usage errors, and the key password read, before anything is pushed
     if promote:
-        _promote(image, dest, tags, reports, allow_unsmoked, out_path, root)
+        given = (image, dest, list(tags), reports[0], allow_unsmoked, out_path, root)
+        if not index.promote_index(*given, _recorded, _log):  # an index: its children gated and copied
+            _promote(image, dest, tags, reports, allow_unsmoked, out_path, root)
         return
     from imagebuild.engine import docker_client, resolve_image
 
     client = docker_client()
+    platforms = index.target_platforms(matrix_path, image)
+    if len(platforms) > 1:  # one OCI index per tag, every platform smoked (issue 15)
+        index.publish_target_index(
+            client, image, platforms, dest, root, reports[0], allow_unsmoked, list(tags), out_path, _recorded, _log
+        )
+        return
     name, found, ref = resolve_image(client, image, target_names(matrix_path), root)
     result = PublishResult(image=image, image_id=ref.image_id, repository=str(dest), ref=ref)
     out_path = out_path or root / "build" / "publish" / name / "publish-report.json"

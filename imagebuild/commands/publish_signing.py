@@ -101,6 +101,18 @@ def after_publish(client: docker.DockerClient, result: PublishResult, reports: l
     _record(out_path, result, signer, attached)
 
 
+def after_index(result: PublishResult, out_path: Path) -> None:
+    """Sign the index digest (its children carry their own attestations: after_publish / after_promote)."""
+    from imagebuild.registry import RepoRef
+    from imagebuild.signing import sign_index
+
+    signer = _opts().get("signer")
+    if signer is None or not result.digest:
+        return
+    attached = sign_index(RepoRef.parse(result.repository), result.digest, signer, _log)
+    _record(out_path, result, signer, attached)
+
+
 def before_promote(source: str) -> None:
     """--require-signed: the staged digest must carry a verified signature, SBOM and provenance."""
     from imagebuild.commands.verify import verifier_from

@@ -1,18 +1,26 @@
-"""`imagebuild smoke IMAGE|TARGET`: run the in-image smoke suite and keep its report for the publish gate."""
+"""`imagebuild smoke IMAGE|TARGET`: run the in-image smoke suite and keep its report for the publish gate.
+
+A TARGET is smoked on every OCI platform it lists (`--platform` to choose), one report per platform:
+build/smoke/<target>/ for the first, build/smoke/<target>/<os>-<arch>/ for the others. A platform other than the
+host's runs under emulation (qemu binfmt) on the CPU, which is the suite's small-size mode (`--gpu none`).
+"""
 
 from __future__ import annotations
 
+import platform as host
 from pathlib import Path
 
 import click
 
 from imagebuild.engine import GPU_KINDS, docker_client, resolve_image
+from imagebuild.errors import ConfigError, ImagebuildError
 from imagebuild.smoke import judge, run_smoke
+
+HOST_PLATFORMS = {"x86_64": "linux/amd64", "amd64": "linux/amd64", "aarch64": "linux/arm64", "arm64": "linux/arm64"}
 
 
 def target_names(matrix_path: Path) -> list[str]:
     """Target names when the matrix loads; an image reference works without one."""
-    from imagebuild.errors import ConfigError
     from imagebuild.matrix import load_matrix
 
     try:
@@ -21,27 +29,67 @@ def target_names(matrix_path: Path) -> list[str]:
         return []
 
 
+def host_platform() -> str:
+    """The OCI platform this host runs natively (others run under emulation)."""
+    return HOST_PLATFORMS.get(host.machine().lower(), f"linux/{host.machine().lower()}")
+
+
+def _runs(image: str, matrix_path: Path, root: Path, wanted: tuple[str, ...]) -> list[tuple[str, str | None, Path]]:
+    """(local name, OCI platform or None, default report folder) for each image to smoke."""
+    from imagebuild.commands.publish_index import target_platforms
+    from imagebuild.publish_index import local_name, smoke_dir
+
+    listed = target_platforms(matrix_path, image)
+    if not listed:
+        if wanted:
+            raise ConfigError(f"--platform needs a TARGET, not the image '{image}'")
+        return [(image, None, root / "build" / "smoke" / image)]
+    unknown = [p for p in wanted if p not in listed]
+    if unknown:
+        raise ConfigError(f"target {image} is not built for {', '.join(unknown)}", hint=f"it lists {', '.join(listed)}")
+    chosen = [p for p in listed if not wanted or p in wanted]
+    return [(local_name(image, p, listed[0]), p, smoke_dir(root, image, p, listed[0])) for p in chosen]
+
+
 @click.command("smoke")
 @click.argument("image")
 @click.option("--gpu", type=click.Choice(GPU_KINDS), default="auto", show_default=True, help="Device flags.")
+@click.option("--platform", "platforms", multiple=True, help="TARGET: smoke only this OCI platform (repeatable).")
 @click.option("--report", "report_path", type=click.Path(path_type=Path, dir_okay=False), help="report.json path.")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path, dir_okay=False), help="junit.xml path.")
 @click.pass_obj
-def command(obj: dict[str, object], image: str, gpu: str, report_path: Path | None, junit_path: Path | None) -> None:
-    """Run `python -m smoke` inside IMAGE (or TARGET's local image); exit 4 on a failed check."""
+def command(
+    obj: dict[str, object],
+    image: str,
+    gpu: str,
+    platforms: tuple[str, ...],
+    report_path: Path | None,
+    junit_path: Path | None,
+) -> None:
+    """Run `python -m smoke` inside IMAGE (or each platform's image of TARGET); exit 4 on a failed check."""
     matrix_path = Path(str(obj["matrix_path"]))
     root = matrix_path.resolve().parent if matrix_path.exists() else Path.cwd()
+    runs = _runs(image, matrix_path, root, platforms)
+    if len(runs) > 1 and (report_path or junit_path):
+        raise ConfigError("--report/--junit name one file: pass one --platform with them")
     client = docker_client()
-    name, found, ref = resolve_image(client, image, target_names(matrix_path), root)
-    default_dir = root / "build" / "smoke" / name
-    report_path = report_path or default_dir / "report.json"
-    junit_path = junit_path or report_path.with_name("junit.xml")
-    click.echo(f"smoke {image} ({found.id[:19]}) gpu={gpu}", err=True)
-    outcome = run_smoke(client, found, gpu, report_path, junit_path, image, ref)
-    lines, failure = judge(outcome)
-    for line in lines:
-        click.echo(line)
-    click.echo(f"smoke report: {outcome.report_path}")
-    click.echo(f"junit: {outcome.junit_path}")
-    if failure is not None:
-        raise failure
+    names = target_names(matrix_path)
+    failures: list[ImagebuildError] = []
+    for name, oci, folder in runs:
+        _, found, ref = resolve_image(client, name, [*names, name], root)
+        emulated = oci is not None and oci != host_platform()
+        kind = "none" if emulated else gpu  # emulated: the CPU, the suite's small sizes
+        report = report_path or folder / "report.json"
+        junit = junit_path or report.with_name("junit.xml")
+        where = f" {oci}{' (emulated)' if emulated else ''}" if oci else ""
+        click.echo(f"smoke {name}{where} ({found.id[:19]}) gpu={kind}", err=True)
+        outcome = run_smoke(client, found, kind, report, junit, name if oci else image, ref)
+        lines, failure = judge(outcome)
+        for line in lines:
+            click.echo(line)
+        click.echo(f"smoke report: {outcome.report_path}")
+        click.echo(f"junit: {outcome.junit_path}")
+        if failure is not None:
+            failures.append(failure)
+    if failures:
+        raise failures[0]

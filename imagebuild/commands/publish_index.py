@@ -1,0 +1,132 @@
+"""`imagebuild publish TARGET` for a target of several OCI platforms, and `--promote` of an index (issue 15).
+
+Reports: the index's in build/publish/<target>/publish-report.json (`digest` is the index, `platforms` its
+children), each platform's image in build/publish/<target>/<os>-<arch>/publish-report.json with its signing.json
+and attestations/ (signature, SBOM, provenance and that platform's smoke report, bound to the child digest).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from imagebuild.commands import publish_signing as signing
+from imagebuild.commands.common import warn
+from imagebuild.errors import ConfigError, PublishFailed
+from imagebuild.matrix.oci import slug
+from imagebuild.publish import PublishResult, find_passing_report, promote, public_tags, with_retries
+from imagebuild.publish_index import PlatformImage, gate, index_children, local_name, push_children, write_indexes
+from imagebuild.registry import Registry, RepoRef
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    import docker
+
+Recorder = Callable[[PublishResult, Path], "AbstractContextManager[None]"]
+
+
+def target_platforms(matrix_path: Path, name: str) -> tuple[str, ...]:
+    """The OCI platforms target `name` lists; () when name is no target of a loadable matrix."""
+    from imagebuild.matrix import load_matrix
+
+    try:
+        targets = {t.name: t for t in load_matrix(matrix_path).targets}
+    except ConfigError:
+        return ()
+    return tuple(targets[name].oci_platforms) if name in targets else ()
+
+
+def publish_target_index(
+    client: docker.DockerClient,
+    target: str,
+    platforms: tuple[str, ...],
+    dest: RepoRef,
+    root: Path,
+    reports: list[Path],
+    allow_unsmoked: bool,
+    tags: list[str],
+    out_path: Path | None,
+    recorded: Recorder,
+    log: Callable[[str], None],
+) -> None:
+    """Gate every platform on its own smoke, push and verify each, then one verified index per tag (signed)."""
+    from imagebuild.engine import resolve_image
+
+    images = []
+    for platform in platforms:
+        name = local_name(target, platform, platforms[0])
+        _, found, ref = resolve_image(client, name, [name], root)
+        images.append(PlatformImage(platform, name, found, ref))
+    first = images[0]
+    result = PublishResult(image=target, image_id=first.ref.image_id, repository=str(dest), ref=first.ref)
+    out_path = out_path or root / "build" / "publish" / target / "publish-report.json"
+    with recorded(result, out_path):
+        gate(images, reports, allow_unsmoked, warn)
+        result.smoke_report = ", ".join(str(i.report) for i in images if i.report)
+        children_results = {
+            i.platform: PublishResult(image=i.name, image_id=i.ref.image_id, repository=str(dest), ref=i.ref)
+            for i in images
+        }
+        children = push_children(client, images, dest, children_results, log)
+        for item in images:
+            child = children_results[item.platform]
+            child.smoke_report, child.ok = str(item.report) if item.report else None, True
+            child_out = out_path.parent / slug(item.platform) / out_path.name
+            child.write(child_out)
+            signing.after_publish(client, child, [item.report] if item.report else [], child_out)
+        result.platforms = {c.platform: c.digest for c in children}
+        write_indexes(dest, tags or public_tags(first.ref, target), children, result, log)
+        signing.after_index(result, out_path)
+
+
+def promote_index(
+    source: str,
+    dest: RepoRef,
+    tags: list[str],
+    reports: list[Path],
+    allow_unsmoked: bool,
+    out_path: Path | None,
+    root: Path,
+    recorded: Recorder,
+    log: Callable[[str], None],
+) -> bool:
+    """Promote HOST/REPO@sha256:... when it is an index (False when it is one image): children gated, copied."""
+    name, _, reference = source.partition("@")
+    src = RepoRef.parse(name)
+    registry = Registry(src)
+    found = with_retries(f"reading {source}", lambda: index_children(registry, src, reference))
+    if found is None:
+        return False
+    configs = {
+        p: with_retries(f"reading {src}@{d}", lambda d=d: registry.config(src.repo, d)) for p, d in found.items()
+    }
+    ids = {p: image_id for p, (image_id, _) in configs.items()}
+    labels = (next(iter(configs.values()))[1].get("config") or {}).get("Labels") or {}  # type: ignore[union-attr]
+    tags = tags or ([str(labels["io.imagebuild.target"])] if "io.imagebuild.target" in labels else [])
+    if not tags:
+        raise ConfigError(f"{source} has no io.imagebuild.target label", hint="pass --tag")
+    result = PublishResult(image=source, image_id=next(iter(ids.values())), repository=str(dest), platforms=found)
+    out_path = out_path or root / "build" / "publish" / tags[0] / "publish-report.json"
+    with recorded(result, out_path):
+        signing.before_promote(source)
+        passing = {p: find_passing_report(i, reports) for p, i in ids.items()}
+        for platform, report in passing.items():
+            if report is None and not allow_unsmoked:
+                raise PublishFailed(
+                    f"refusing to promote the index {source}: {platform} ({ids[platform][:19]}) "
+                    f"has no passing smoke report ({len(reports)} report(s) looked at)",
+                    hint="pass its --report, or --allow-unsmoked",
+                )
+        result.smoke_report = ", ".join(str(r) for r in passing.values() if r)
+        result.digest, result.refs = promote(source, dest, tags, log)
+        result.staging_ref, result.digest_ref = source, f"{dest}@{result.digest}"
+        for platform, digest in found.items():
+            child = PublishResult(image=f"{src}@{digest}", image_id=ids[platform], repository=str(dest))
+            child.digest, child.digest_ref = digest, f"{dest}@{digest}"
+            report = passing[platform]
+            child_out = out_path.parent / slug(platform) / out_path.name
+            signing.after_promote(f"{src}@{digest}", child, [report] if report else [], child_out)
+        signing.after_index(result, out_path)
+    return True
