@@ -11,7 +11,7 @@ echo "== render local-cpu"
 imagebuild render local-cpu
 echo "== build local-cpu"
 imagebuild build local-cpu
-echo "== smoke local-cpu (CPU, inside the image)"
+echo "== smoke local-cpu (CPU, inside each platform's image; linux/arm64 under emulation)"
 imagebuild smoke local-cpu --gpu none
 # The runtime check must have served (a skip would mean the image has no runtime): say what it measured.
 python3 - build/smoke/local-cpu/report.json <<'PY'
@@ -37,17 +37,25 @@ if [[ ! -f "$KEYS/cosign.key" ]]; then
     (umask 077 && python3 -c 'import secrets, sys; sys.stdout.write(secrets.token_urlsafe(24))' >"$KEYS/password")
     COSIGN_PASSWORD="$(<"$KEYS/password")" cosign generate-key-pair --output-key-prefix "$KEYS/cosign" >/dev/null
 fi
-echo "== publish local-cpu to ${REGISTRY}, signed, with SBOM, provenance and smoke attestations"
+echo "== publish local-cpu to ${REGISTRY}: one index (linux/amd64, linux/arm64), signed, SBOM, provenance, smoke"
 imagebuild publish local-cpu --registry "$REGISTRY" --sign-key "$KEYS/cosign.key" --key-password-file "$KEYS/password"
 echo "== verify ${REGISTRY}:local-cpu"
 imagebuild verify "${REGISTRY}:local-cpu" --key "$KEYS/cosign.pub"
+echo "== pull ${REGISTRY}:local-cpu per platform"
+for want in linux/amd64:x86_64 linux/arm64:aarch64; do
+    run=(/usr/bin/docker run --rm --pull always --network host --platform "${want%%:*}" --entrypoint sh)
+    got="$("${run[@]}" "${REGISTRY}:local-cpu" -c 'uname -m; python3 -c "import platform; print(platform.machine())"' |
+        tr '\n' ' ')"
+    [[ "$got" == "${want##*:} ${want##*:} " ]] || { echo "error: ${want%%:*} image says '$got'" >&2; exit 1; }
+    echo "${want%%:*}: uname -m and platform.machine() are ${want##*:}"
+done
 
 cat <<DONE
 
 Reports:
   build    $(pwd)/build/build-report.json   (logs under build/logs/)
-  smoke    $(pwd)/build/smoke/local-cpu/report.json, junit.xml
-  publish  $(pwd)/build/publish/local-cpu/publish-report.json, signing.json, attestations/
+  smoke    $(pwd)/build/smoke/local-cpu/report.json, junit.xml (linux/arm64: build/smoke/local-cpu/linux-arm64/)
+  publish  $(pwd)/build/publish/local-cpu/publish-report.json, signing.json (the index); <os>-<arch>/ per platform
   sbom     $(pwd)/build/sbom/local-cpu.cdx.json   (also /opt/imagebuild/sbom.json in the image)
 Verify it: imagebuild verify ${REGISTRY}:local-cpu --key $(pwd)/${KEYS}/cosign.pub
 Pull it back: docker pull ${REGISTRY}:local-cpu

@@ -92,3 +92,30 @@ def test_arm64_gpu_arches_are_those_of_arm64_hosts(matrix) -> None:  # type: ign
     rules = matrix.model.oci_platforms["linux/arm64"]
     assert rules.platforms["cuda12.1"].arches == ["sm_90"]  # GH200
     assert rules.platforms["rocm6.1"].unavailable
+
+
+REQS = "\n        requirements: runtimes/transformers-serve/requirements.linux-arm64"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "error"),
+    [
+        ("      cuda12.1:\n        base_image: nvidia", "      cuda12.9:\n        base_image: nvidia",
+         "unknown platforms entry 'cuda12.9'; did you mean 'cuda12.1'?"),
+        ('      "2.3":\n        cuda:', '      "2.9":\n        cuda:', "unknown torch entry '2.9'"),
+        ('      "2.3":\n        cuda:', '      "2.3":\n        cpu:', "torch 2.3 has no cpu build"),
+        ("      transformers-serve:" + REQS, "      transformers-srv:" + REQS,
+         "unknown runtimes entry 'transformers-srv'"),
+        ("oci_platforms:\n  linux/arm64:", "oci_platforms:\n  linux/amd64:",
+         "linux/arm64 has no section under oci_platforms"),
+    ],
+)  # fmt: skip
+def test_names_under_oci_platforms_must_exist(old: str, new: str, error: str) -> None:
+    """A typo under oci_platforms would silently drop a refusal: one located line instead."""
+    text = (ROOT / "matrix.yaml").read_text()
+    assert old in text
+    with pytest.raises(ConfigError) as exc:
+        load_text(text.replace(old, new, 1), ROOT / "matrix.yaml")
+    message = str(exc.value)
+    assert message.startswith(str(ROOT / "matrix.yaml") + ":") and "\n" not in message
+    assert error in message

@@ -76,6 +76,12 @@ def _gate(result: PublishResult, image_id: str, found: tuple[list[Path], bool], 
 )
 @click.option("--out", "out_path", type=click.Path(path_type=Path, dir_okay=False), help="The publish report.")
 @click.option("--tag", "tags", multiple=True, help="Public tag (default: the image's imagebuild tags).")
+@click.option(
+    "--platform",
+    "platforms",
+    multiple=True,
+    help="TARGET: publish only these OCI platforms (one: that image alone; default: all, as one index).",
+)
 @click.option("--promote", is_flag=True, help="IMAGE is a staged HOST/REPO@sha256:...: copy it, do not push.")
 @signing.signing_options
 @click.pass_obj
@@ -87,6 +93,7 @@ def command(
     smoke_reports: tuple[Path, ...],
     out_path: Path | None,
     tags: tuple[str, ...],
+    platforms: tuple[str, ...],
     promote: bool,
 ) -> None:
     """Publish TARGET|IMAGE to --registry, only when smoked; tags move only onto a verified digest."""
@@ -105,12 +112,14 @@ def command(
     from imagebuild.engine import docker_client, resolve_image
 
     client = docker_client()
-    platforms = index.target_platforms(matrix_path, image)
-    if len(platforms) > 1:  # one OCI index per tag, every platform smoked (issue 15)
+    listed = index.chosen_platforms(matrix_path, image, platforms)
+    if len(listed) > 1:  # one OCI index per tag, every platform smoked (issue 15)
         index.publish_target_index(
-            client, image, platforms, dest, root, reports[0], allow_unsmoked, list(tags), out_path, _recorded, _log
+            client, image, listed, dest, root, reports[0], allow_unsmoked, list(tags), out_path, _recorded, _log
         )
         return
+    if listed:  # one platform of the target: its image alone
+        image = index.local_name(image, listed[0], index.target_platforms(matrix_path, image)[0])
     name, found, ref = resolve_image(client, image, target_names(matrix_path), root)
     result = PublishResult(image=image, image_id=ref.image_id, repository=str(dest), ref=ref)
     out_path = out_path or root / "build" / "publish" / name / "publish-report.json"

@@ -16,7 +16,14 @@ from imagebuild.commands.common import warn
 from imagebuild.errors import ConfigError, PublishFailed
 from imagebuild.matrix.oci import slug
 from imagebuild.publish import PublishResult, find_passing_report, promote, public_tags, with_retries
-from imagebuild.publish_index import PlatformImage, gate, index_children, local_name, push_children, write_indexes
+from imagebuild.publish_index import (
+    PlatformImage,
+    gate,
+    index_children,
+    local_name,
+    push_children,
+    write_indexes,
+)
 from imagebuild.registry import Registry, RepoRef
 
 if TYPE_CHECKING:
@@ -36,6 +43,17 @@ def target_platforms(matrix_path: Path, name: str) -> tuple[str, ...]:
     except ConfigError:
         return ()
     return tuple(targets[name].oci_platforms) if name in targets else ()
+
+
+def chosen_platforms(matrix_path: Path, name: str, wanted: tuple[str, ...]) -> tuple[str, ...]:
+    """The platforms to publish: those --platform names (each one the target lists), else all it lists."""
+    listed = target_platforms(matrix_path, name)
+    if wanted and not listed:
+        raise ConfigError(f"--platform needs a TARGET, not the image '{name}'")
+    unknown = [p for p in wanted if p not in listed]
+    if unknown:
+        raise ConfigError(f"target {name} is not built for {', '.join(unknown)}", hint=f"it lists {', '.join(listed)}")
+    return tuple(p for p in listed if not wanted or p in wanted)
 
 
 def publish_target_index(

@@ -36,18 +36,13 @@ def host_platform() -> str:
 
 def _runs(image: str, matrix_path: Path, root: Path, wanted: tuple[str, ...]) -> list[tuple[str, str | None, Path]]:
     """(local name, OCI platform or None, default report folder) for each image to smoke."""
-    from imagebuild.commands.publish_index import target_platforms
+    from imagebuild.commands.publish_index import chosen_platforms, target_platforms
     from imagebuild.publish_index import local_name, smoke_dir
 
-    listed = target_platforms(matrix_path, image)
-    if not listed:
-        if wanted:
-            raise ConfigError(f"--platform needs a TARGET, not the image '{image}'")
+    chosen = chosen_platforms(matrix_path, image, wanted)
+    if not chosen:
         return [(image, None, root / "build" / "smoke" / image)]
-    unknown = [p for p in wanted if p not in listed]
-    if unknown:
-        raise ConfigError(f"target {image} is not built for {', '.join(unknown)}", hint=f"it lists {', '.join(listed)}")
-    chosen = [p for p in listed if not wanted or p in wanted]
+    listed = target_platforms(matrix_path, image)
     return [(local_name(image, p, listed[0]), p, smoke_dir(root, image, p, listed[0])) for p in chosen]
 
 

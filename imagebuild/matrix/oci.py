@@ -30,6 +30,9 @@ from imagebuild.matrix.fields import _typed as typed
 from imagebuild.matrix.sources import Strict
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from imagebuild.matrix.models import MatrixModel
     from imagebuild.matrix.targets import Target
 
 BASELINE = "linux/amd64"
@@ -153,3 +156,29 @@ def for_oci(target: Target, rules: dict[str, OciRules], oci: str | None = None) 
         oci_platform=oci,
         oci_notes=tuple(notes),
     )
+
+
+def check_references(model: MatrixModel, fail: Callable[..., ConfigError]) -> None:
+    """Every name under `oci_platforms:` (platforms, torch keys and builds, components, runtimes) exists, and every
+    platform a target lists other than the baseline has its section: a typo would silently drop a refusal."""
+    for oci, rules in model.oci_platforms.items():
+        names: list[tuple[str, dict[str, object], dict[str, object]]] = [
+            ("platforms", dict(rules.platforms), dict(model.platforms)),
+            ("torch", dict(rules.torch), dict(model.torch)),
+            ("components", dict(rules.components), dict(model.components)),
+            ("runtimes", dict(rules.runtimes), dict(model.runtimes)),
+        ]
+        for section, used, known in names:
+            for name in used:
+                if name not in known:
+                    where = ("oci_platforms", oci, section, name)
+                    raise fail(where, f"unknown {section} entry '{name}'", list(known), name)
+        for key, kinds in rules.torch.items():
+            for kind in kinds:
+                if kind not in model.torch[key].builds:
+                    where = ("oci_platforms", oci, "torch", key, kind)
+                    raise fail(where, f"torch {key} has no {kind} build", list(model.torch[key].builds), kind)
+    for g, group in enumerate(model.targets):
+        for i, oci in enumerate(group.oci_platforms):
+            if oci != BASELINE and oci not in model.oci_platforms:
+                raise fail(("targets", g, "oci_platforms", i), f"{oci} has no section under oci_platforms")

@@ -17,6 +17,7 @@ from imagebuild.errors import ConfigError
 from imagebuild.matrix.fields import ArchForm, excerpt
 from imagebuild.matrix.loader import KeyPath, _located_error, _Positions, format_path
 from imagebuild.matrix.models import Combo, Component, MatrixModel, Platform, Torch, TorchBuild, TunableOp
+from imagebuild.matrix.oci import check_references as check_oci_references
 from imagebuild.matrix.runtimes import PipRuntime, TgiRuntime
 from imagebuild.matrix.sources import Source
 
@@ -237,6 +238,7 @@ def _check_references(model: MatrixModel, pos: _Positions, file: Path) -> list[T
             target.resolve(env={})
         except ConfigError as exc:
             raise fail(seen[target.name], f"default arches do not resolve: {exc}") from None
+    check_oci_references(model, fail)  # after the targets: their own errors come first
     return targets
 
 

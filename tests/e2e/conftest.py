@@ -119,9 +119,19 @@ def local_cpu(engine: str, tmp_path_factory: pytest.TempPathFactory) -> Built:
 def smoked_local_cpu(local_cpu: Built, tmp_path_factory: pytest.TempPathFactory) -> tuple[Built, Path]:
     """local-cpu smoked on CPU in its container; returns the build and the smoke report path."""
     report = tmp_path_factory.mktemp("smoke") / "report.json"
-    run = imagebuild("smoke", "local-cpu", "--gpu", "none", "--report", str(report))
+    run = imagebuild("smoke", "local-cpu", "--platform", "linux/amd64", "--gpu", "none", "--report", str(report))
     assert run.returncode == 0, run.output[-4000:]
     return local_cpu, report
+
+
+@pytest.fixture(scope="session")
+def smoked_arm64(local_cpu: Built, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """local-cpu's linux/arm64 image (built once, by local_cpu's build of every platform) smoked under emulation."""
+    report = tmp_path_factory.mktemp("smoke-arm64") / "report.json"
+    run = imagebuild("smoke", "local-cpu", "--platform", "linux/arm64", "--gpu", "none", "--report", str(report))
+    assert run.returncode == 0, run.output[-4000:]
+    assert "(emulated)" in run.stderr and "gpu=none" in run.stderr, run.stderr[-2000:]
+    return report
 
 
 @pytest.fixture(scope="session")

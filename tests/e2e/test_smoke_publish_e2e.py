@@ -33,9 +33,9 @@ def test_publish_then_pull_back_by_digest(smoked_local_cpu: tuple[Any, Path], re
     built, smoke_report = smoked_local_cpu
     repo = unique("e2e-publish")
     out = tmp_path / "publish.json"
-    run = imagebuild(
-        "publish", "local-cpu", "--registry", f"{registry}/{repo}", "--report", str(smoke_report), "--out", str(out)
-    )
+    amd64 = ("local-cpu", "--platform", "linux/amd64")  # the amd64 image alone (the index: test_publish_index_e2e)
+    dest = ("--registry", f"{registry}/{repo}", "--out", str(out))
+    run = imagebuild("publish", *amd64, *dest, "--report", str(smoke_report))
     assert run.returncode == 0, run.output[-3000:]
     report = json.loads(out.read_text())
     digest = report["digest"]

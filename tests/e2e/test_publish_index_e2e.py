@@ -1,0 +1,111 @@
+"""`imagebuild publish local-cpu`: one OCI index per tag of the smoked linux/amd64 and linux/arm64 images (issue 15).
+
+Real engine, loopback registry and cosign. The arm64 image is the session's (built once by `local_cpu`, smoked once
+under emulation by `smoked_arm64`). A failed arm64 smoke report blocks the index before anything is pushed; the
+published tag is the index (never one platform's image), children exactly the smoked image IDs; verify passes on the
+index tag; promotion copies the index with its children, gated on its signature.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_helpers import _unavailable, imagebuild, unique
+
+from imagebuild.ociindex import read_index
+from imagebuild.registry import Registry, RepoRef
+
+pytestmark = [pytest.mark.docker, pytest.mark.registry]
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """(private key, public key, password file): a throwaway pair made with the real cosign."""
+    root = tmp_path_factory.mktemp("index-keys")
+    password = root / "password"
+    password.write_text("e2e-only password")
+    try:
+        proc = subprocess.run(
+            ["cosign", "generate-key-pair", "--output-key-prefix", str(root / "cosign")],
+            env={"COSIGN_PASSWORD": "e2e-only password", "PATH": "/usr/local/bin:/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    except FileNotFoundError:
+        _unavailable("cosign is not installed")
+    assert proc.returncode == 0, proc.stderr
+    return root / "cosign.key", root / "cosign.pub", password
+
+
+def test_failed_arm64_smoke_blocks_the_index(
+    smoked_local_cpu: tuple[Any, Path], smoked_arm64: Path, registry: str, tmp_path: Path
+) -> None:
+    _, amd64 = smoked_local_cpu
+    failed = json.loads(smoked_arm64.read_text())
+    failed["passed"] = False  # the arm64 report of this very image, as a failed run writes it
+    failed["checks"][1].update(status="failed", reason="wrong answer (planted by the test)")
+    (tmp_path / "arm64").mkdir()
+    (tmp_path / "arm64" / "report.json").write_text(json.dumps(failed))
+    repo = f"{registry}/{unique('e2e-index-blocked')}"
+    given = ("--report", str(amd64), "--report", str(tmp_path / "arm64" / "report.json"))
+    run = imagebuild("publish", "local-cpu", "--registry", repo, *given)
+    assert run.returncode == 5, run.output[-3000:]
+    error = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "linux/arm64" in error[0] and "no passing smoke report" in error[0], run.stderr
+    assert Registry(RepoRef.parse(repo)).digest(RepoRef.parse(repo).repo, "local-cpu") is None  # nothing published
+
+
+def test_index_published_signed_verified_and_promoted(
+    local_cpu: Any,
+    smoked_local_cpu: tuple[Any, Path],
+    smoked_arm64: Path,
+    registry: str,
+    keys: tuple[Path, Path, Path],
+    tmp_path: Path,
+) -> None:
+    key, pub, password = keys
+    sign = ("--sign-key", str(key), "--key-password-file", str(password))
+    reports = ("--report", str(smoked_local_cpu[1]), "--report", str(smoked_arm64))
+    repo = RepoRef.parse(f"{registry}/{unique('e2e-index')}")
+    out = tmp_path / "publish" / "publish-report.json"
+    run = imagebuild("publish", "local-cpu", "--registry", str(repo), "--tag", "v1", "--out", str(out), *reports, *sign)
+    assert run.returncode == 0, run.output[-4000:]
+    published = json.loads(out.read_text())
+    smoked = {
+        "linux/amd64": json.loads(smoked_local_cpu[1].read_text())["image_id"],
+        "linux/arm64": json.loads(smoked_arm64.read_text())["image_id"],
+    }
+    reg = Registry(repo)
+    # The bare tag is the index (read_index refuses one platform's image); its children are the smoked images.
+    children = read_index(reg, repo.repo, "v1")
+    assert children == published["platforms"] and sorted(children) == sorted(smoked)
+    assert reg.digest(repo.repo, "v1") == published["digest"]
+    for platform, digest in children.items():
+        image_id, config = reg.config(repo.repo, digest)
+        assert image_id == smoked[platform] and f"{config['os']}/{config['architecture']}" == platform
+        child = json.loads((out.parent / platform.replace("/", "-") / "publish-report.json").read_text())
+        assert child["digest"] == digest and child["ok"], child
+        attached = json.loads((out.parent / platform.replace("/", "-") / "signing.json").read_text())["attached"]
+        assert attached == ["signature", "sbom", "provenance", "smoke cpu"], attached
+    assert json.loads((out.parent / "signing.json").read_text())["attached"] == ["signature"]  # the index
+    verify = imagebuild("verify", f"{repo}:v1", "--key", str(pub), timeout=600)
+    assert verify.returncode == 0, verify.output[-4000:]
+    for line in ("ok         signature", "ok         linux/arm64 smoke cpu", "ok         linux/amd64 provenance"):
+        assert line in verify.stdout, verify.stdout
+    # Promotion: gated on the index's signature, copies the index and its children, same digests.
+    public = RepoRef.parse(f"{registry}/{unique('e2e-index-public')}")
+    promote = imagebuild(
+        "publish", "--promote", f"{repo}@{published['digest']}", "--registry", str(public), "--tag", "v1",
+        "--require-signed", "--verify-key", str(pub), "--out", str(tmp_path / "promoted" / "publish-report.json"),
+        *reports, *sign,
+    )  # fmt: skip
+    assert promote.returncode == 0, promote.output[-4000:]
+    assert reg.digest(public.repo, "v1") == published["digest"]
+    assert read_index(reg, public.repo, "v1") == children
+    verify = imagebuild("verify", f"{public}:v1", "--key", str(pub), timeout=600)
+    assert verify.returncode == 0, verify.output[-4000:]
