@@ -146,8 +146,8 @@ def test_registry_ref_parsing() -> None:
 def test_publish_gate_needs_a_passing_report_for_that_exact_id(tmp_path: Path) -> None:
     good, bad = tmp_path / "a.json", tmp_path / "b.json"
     ran = [{"name": "environment", "status": "passed"}]
-    good.write_text(json.dumps({"image_id": "sha256:aa", "passed": True, "checks": ran}))
-    bad.write_text(json.dumps({"image_id": "sha256:bb", "passed": False, "checks": ran}))
+    good.write_text(json.dumps({"schema_version": 1, "image_id": "sha256:aa", "passed": True, "checks": ran}))
+    bad.write_text(json.dumps({"schema_version": 1, "image_id": "sha256:bb", "passed": False, "checks": ran}))
     assert find_passing_report("sha256:aa", [bad, good]) == good
     assert find_passing_report("sha256:bb", [bad, good]) is None
     assert find_passing_report("sha256:cc", [good]) is None
