@@ -68,6 +68,10 @@ class Context:
             "matrix.target": "local-cpu",
             "matrix.arch": "cpu",
             "matrix.gpu": "none",
+            # linux/amd64 only: the emulated arm64 build and smoke would add minutes to CI's 2-core run; the index
+            # path (per-platform staged digests -> --index-of) is exercised by tests/e2e/test_publish_index_e2e.py
+            "matrix.platform": "linux/amd64",
+            "matrix.slug": "linux-amd64",
             "github.event_name": "push",
             "github.ref": "refs/heads/main",
         }
@@ -147,13 +151,16 @@ def test_workflow_commands_run_in_order_on_local_cpu(tmp_path: Path) -> None:
             assert "local-cpu" in json.loads(outputs["targets"])
             smoke = {(s["target"], s["arch"]): s for s in json.loads(outputs["smoke"])}
             assert smoke[("local-cpu", "cpu")]["gpu"] == "none"
+            builds = {(b["target"], b["platform"]): b for b in json.loads(outputs["builds"])}
+            assert builds[("local-cpu", "linux/arm64")]["runs_on"] == ["self-hosted", "linux", "x64", "builder"]
+            assert ("rocm6.1-torch2.3", "linux/arm64") not in builds
             assert "mi300" in smoke[("rocm6.1-torch2.3", "gfx942")]["runs_on"]
             assert "mi250" in smoke[("rocm6.1-torch2.3", "gfx90a")]["runs_on"]
             assert "h100" in smoke[("cuda12.1-torch2.3", "sm_90")]["runs_on"]
 
     ci = REPO / "build" / "ci"
-    staged = json.loads((ci / "local-cpu" / "staged.json").read_text())
-    smoke_report = json.loads((ci / "smoke-local-cpu-cpu" / "report.json").read_text())
+    staged = json.loads((ci / "local-cpu" / "staged-local-cpu-linux-amd64" / "staged.json").read_text())
+    smoke_report = json.loads((ci / "smoke-local-cpu-linux-amd64-cpu" / "report.json").read_text())
     published = json.loads((ci / "local-cpu" / "published.json").read_text())
     assert staged["allow_unsmoked"] is True and staged["repository"] == staging
     assert smoke_report["passed"] and smoke_report["image_id"] == staged["image_id"]

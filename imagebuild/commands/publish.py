@@ -82,6 +82,12 @@ def _gate(result: PublishResult, image_id: str, found: tuple[list[Path], bool], 
     multiple=True,
     help="TARGET: publish only these OCI platforms (one: that image alone; default: all, as one index).",
 )
+@click.option(
+    "--index-of",
+    "index_of",
+    multiple=True,
+    help="--promote: staged per-platform HOST/REPO@sha256:... to promote as one index (IMAGE: -).",
+)
 @click.option("--promote", is_flag=True, help="IMAGE is a staged HOST/REPO@sha256:...: copy it, do not push.")
 @signing.signing_options
 @click.pass_obj
@@ -94,6 +100,7 @@ def command(
     out_path: Path | None,
     tags: tuple[str, ...],
     platforms: tuple[str, ...],
+    index_of: tuple[str, ...],
     promote: bool,
 ) -> None:
     """Publish TARGET|IMAGE to --registry, only when smoked; tags move only onto a verified digest."""
@@ -104,9 +111,12 @@ def command(
     root = matrix_path.resolve().parent if matrix_path.exists() else Path.cwd()
     reports = _smoke_reports(root, smoke_reports)
     signing.check_options()  # signing usage errors, and the key password read, before anything is pushed
+    if index_of and not promote:
+        raise ConfigError("--index-of goes with --promote")
     if promote:
+        image = index.stage_index(index_of, _log) if index_of else image
         given = (image, dest, list(tags), reports[0], allow_unsmoked, out_path, root)
-        if not index.promote_index(*given, _recorded, _log):  # an index: its children gated and copied
+        if not index.promote_index(*given, _recorded, _log, staged_here=bool(index_of)):  # an index: children gated
             _promote(image, dest, tags, reports, allow_unsmoked, out_path, root)
         return
     from imagebuild.engine import docker_client, resolve_image

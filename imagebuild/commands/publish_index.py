@@ -109,6 +109,7 @@ def promote_index(
     root: Path,
     recorded: Recorder,
     log: Callable[[str], None],
+    staged_here: bool = False,
 ) -> bool:
     """Promote HOST/REPO@sha256:... when it is an index (False when it is one image): children gated, copied."""
     name, _, reference = source.partition("@")
@@ -128,7 +129,9 @@ def promote_index(
     result = PublishResult(image=source, image_id=next(iter(ids.values())), repository=str(dest), platforms=found)
     out_path = out_path or root / "build" / "publish" / tags[0] / "publish-report.json"
     with recorded(result, out_path):
-        signing.before_promote(source)
+        # --require-signed: an index staged by this command (--index-of) is signed after the copy; its children now
+        for ref in [f"{src}@{d}" for d in found.values()] if staged_here else [source]:
+            signing.before_promote(ref)
         passing = {p: find_passing_report(i, reports) for p, i in ids.items()}
         for platform, report in passing.items():
             if report is None and not allow_unsmoked:
@@ -148,3 +151,23 @@ def promote_index(
             signing.after_promote(f"{src}@{digest}", child, [report] if report else [], child_out)
         signing.after_index(result, out_path)
     return True
+
+
+def stage_index(refs: tuple[str, ...], log: Callable[[str], None]) -> str:
+    """CI: the staged per-platform digests (HOST/REPO@sha256:..., one repository) as one staging index; its ref."""
+    from imagebuild.ociindex import Child, assemble
+
+    repos = {r.partition("@")[0] for r in refs}
+    if len(repos) != 1 or not all("@sha256:" in r for r in refs):
+        raise ConfigError("--index-of takes HOST/REPO@sha256:... references of one repository")
+    src = RepoRef.parse(repos.pop())
+    registry = Registry(src)
+    children = []
+    for ref in refs:
+        digest = ref.partition("@")[2]
+        _, config = with_retries(f"reading {ref}", lambda digest=digest: registry.config(src.repo, digest))
+        children.append(Child(f"{config.get('os')}/{config.get('architecture')}", digest))
+    tag = f"staging-index-{children[0].digest.split(':')[-1][:12]}"
+    digest = with_retries(f"writing the index to {src}", lambda: assemble(registry, src.repo, tag, children))
+    log(f"staged index {src}@{digest} ({', '.join(c.platform for c in children)})")
+    return f"{src}@{digest}"
