@@ -31,7 +31,15 @@ def leftovers(root: Path) -> list[str]:
 
 
 def build(*flags: str, env: dict[str, str]) -> tuple[int, str]:
-    args = ["build", "local-cpu", "--dry-run", *[a for f in flags for a in ("--secret", f)]]
+    # One platform: the secrets of one build command (every platform's build writes its own).
+    args = [
+        "build",
+        "local-cpu",
+        "--platform",
+        "linux/amd64",
+        "--dry-run",
+        *[a for f in flags for a in ("--secret", f)],
+    ]
     result = CliRunner().invoke(main, args, env=env)
     return result.exit_code, result.output
 

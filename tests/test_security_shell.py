@@ -273,6 +273,9 @@ NOT_INJECTED = {
     "Source.url": "renderable only as a patch, where Patch.url is injected; elsewhere refused (test below)",
     "Source.sha256": "a url source's, as Source.url; Patch.sha256 is injected",
     "Patch.path": "refused: the torch template applies only url and git patches (test below)",
+    "ComponentOnOci.unavailable": "unset in matrix.yaml; a reason (Text: no newline) for errors and the manifest",
+    "RuntimeOnOci.unavailable": "unset in matrix.yaml; a reason (Text: no newline) for errors and the manifest",
+    "PlatformOnOci.base_digest": "unset in matrix.yaml; a Digest (sha256: and 64 hex digits) holds no shell character",
 }
 
 
