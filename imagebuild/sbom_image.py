@@ -105,7 +105,9 @@ def _docker(engine: Engine, *args: str, timeout: int = 300, input_text: str | No
         check=False,
     )
     if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        lines = proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"]
+        # `docker run --rm` may end with "error waiting for container: context canceled" after the daemon's answer.
+        tail = next((line for line in lines if "Error response from daemon" in line), lines[-1])
         raise SbomError(f"docker {args[0]} failed: {tail[:300]}")
     return proc.stdout
 

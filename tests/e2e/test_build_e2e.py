@@ -80,7 +80,10 @@ def test_broken_step_exits_3_and_names_the_step(engine: str, tmp_path: Path) -> 
     root = _scratch_repo(
         tmp_path, f"FROM local/debian:bookworm\nRUN echo fine-{nonce}\nRUN echo about-to-break && exit 7\n"
     )
-    run = imagebuild("--matrix", str(root / "matrix.yaml"), "build", "local-cpu", env=SCRATCH_ENV)
+    # the scratch repository holds the amd64 Dockerfile only
+    run = imagebuild(
+        "--matrix", str(root / "matrix.yaml"), "build", "local-cpu", "--platform", "linux/amd64", env=SCRATCH_ENV
+    )
     assert run.returncode == 3, run.output[-3000:]
     error = run.stderr.strip().splitlines()[-1]
     assert error.startswith("error: ") and "RUN echo about-to-break && exit 7" in error
