@@ -109,3 +109,27 @@ def test_index_published_signed_verified_and_promoted(
     assert read_index(reg, public.repo, "v1") == children
     verify = imagebuild("verify", f"{public}:v1", "--key", str(pub), timeout=600)
     assert verify.returncode == 0, verify.output[-4000:]
+
+
+def test_ci_path_staged_platform_digests_promoted_as_one_index(
+    smoked_local_cpu: tuple[Any, Path], smoked_arm64: Path, registry: str, tmp_path: Path
+) -> None:
+    """The workflow's path: each build job stages one platform's digest, the publish job promotes them as one index."""
+    staging = f"{registry}/{unique('e2e-index-staging')}"
+    refs = []
+    for platform in ("linux/amd64", "linux/arm64"):
+        out = tmp_path / platform.replace("/", "-") / "staged.json"
+        run = imagebuild(
+            "publish", "local-cpu", "--platform", platform, "--registry", staging, "--allow-unsmoked", "--out", str(out)
+        )
+        assert run.returncode == 0, run.output[-3000:]
+        refs += ["--index-of", json.loads(out.read_text())["digest_ref"]]
+    public = RepoRef.parse(f"{registry}/{unique('e2e-index-ci')}")
+    reports = ("--report", str(smoked_local_cpu[1]), "--report", str(smoked_arm64))
+    out = tmp_path / "published.json"
+    run = imagebuild("publish", "--promote", "-", *refs, "--registry", str(public), *reports, "--out", str(out))
+    assert run.returncode == 0, run.output[-3000:]
+    published = json.loads(out.read_text())
+    children = read_index(Registry(public), public.repo, "local-cpu")  # the tag from the children's target label
+    assert sorted(children) == ["linux/amd64", "linux/arm64"] and published["platforms"] == children
+    assert [r.split("@")[1] for r in refs[1::2]] == [children["linux/amd64"], children["linux/arm64"]]
