@@ -75,7 +75,13 @@ def publish_target_index(
     images = []
     for platform in platforms:
         name = local_name(target, platform, platforms[0])
-        _, found, ref = resolve_image(client, name, [name], root)
+        try:
+            _, found, ref = resolve_image(client, name, [name], root)
+        except ConfigError:
+            raise ConfigError(
+                f"target {target} has no {platform} image (no build recorded for {name}, no local tag)",
+                hint=f"imagebuild build {target} --platform {platform}",
+            ) from None
         images.append(PlatformImage(platform, name, found, ref))
     first = images[0]
     result = PublishResult(image=target, image_id=first.ref.image_id, repository=str(dest), ref=first.ref)
