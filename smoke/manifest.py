@@ -1,11 +1,19 @@
-"""The image manifest and kernels.json (docs/contracts.md), with the defaults used when an image has none."""
+"""The image manifest and kernels.json (docs/contracts.md), with the defaults used when an image has none.
+
+The manifest is read through the contract's model (`imagecontract.models.Manifest`) and arches are matched by the
+contract's one rule (`imagecontract.targets.loads_on`): the host writes what the image reads, in one shape."""
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+from imagecontract.models import ModelError
+from imagecontract.models.manifest import ComponentEntry, Runtime, Versions
+from imagecontract.models.manifest import Manifest as ImageManifest
+from imagecontract.targets import loads_on
 
 DEFAULT_MANIFEST = "/opt/imagebuild/manifest.json"
 DEFAULT_KERNELS_JSON = "/opt/imagebuild/kernels.json"
@@ -30,6 +38,8 @@ def load_json(path: str, what: str) -> dict[str, Any]:
         raise ManifestError(f"{what} {path}: invalid JSON at line {exc.lineno}: {exc.msg}") from exc
     except (UnicodeDecodeError, RecursionError) as exc:  # a binary file; JSON nested thousands deep
         raise ManifestError(f"{what} {path}: not a UTF-8 JSON document ({type(exc).__name__})") from None
+    except ValueError:  # an integer of 4,300+ digits (json raises a plain ValueError for it)
+        raise ManifestError(f"{what} {path}: a number too long to read") from None
     except OSError as exc:
         raise ManifestError(f"{what} {path}: {exc.strerror}") from exc
     if not isinstance(data, dict):
@@ -37,88 +47,61 @@ def load_json(path: str, what: str) -> dict[str, Any]:
     return data
 
 
-def arch_base(arch: str) -> str:
-    return arch.split(":", 1)[0]
-
-
-def arch_features(arch: str) -> dict[str, str]:
-    """``gfx942:sramecc+:xnack-`` -> {"sramecc": "+", "xnack": "-"}."""
-    feats: dict[str, str] = {}
-    for part in arch.split(":")[1:]:
-        if part and part[-1] in "+-":
-            feats[part[:-1]] = part[-1]
-    return feats
-
-
-def arch_matches(device_arch: str, image_arch: str) -> bool:
-    """Same processor, and every feature the image fixed (``xnack-``) equal to the device's, when it says."""
-    if arch_base(device_arch) != arch_base(image_arch):
-        return False
-    have = arch_features(device_arch)
-    return all(have.get(k, v) == v for k, v in arch_features(image_arch).items())
-
-
 @dataclass
 class Manifest:
-    """What the image claims; ``present`` is False when the suite runs with defaults."""
+    """What the image claims (the contract's model); ``present`` is False when the suite runs with defaults."""
 
     path: str
     present: bool
-    data: dict[str, Any] = field(default_factory=dict)
+    doc: ImageManifest | None = None
     kernels_path: str = DEFAULT_KERNELS_JSON
     kernels: dict[str, Any] | None = None
 
     @property
     def target(self) -> str | None:
-        return self.data.get("target")
+        return self.doc.target if self.doc else None
 
     @property
     def gpu_arches(self) -> list[str]:
-        return list(self.data.get("gpu_arches") or [])
+        return list(self.doc.gpu_arches) if self.doc else []
 
     @property
     def experimental_arches(self) -> list[str]:
-        return list(self.data.get("experimental_arches") or [])
+        return list(self.doc.experimental_arches) if self.doc else []
 
     @property
-    def versions(self) -> dict[str, Any]:
-        return dict(self.data.get("versions") or {})
+    def versions(self) -> Versions | None:
+        return self.doc.versions if self.doc else None
 
     @property
-    def runtime(self) -> dict[str, Any] | None:
-        return self.data.get("runtime")
+    def runtime(self) -> Runtime | None:
+        return self.doc.runtime if self.doc else None
 
-    @property
-    def platform_kind(self) -> str | None:
-        return (self.data.get("platform") or {}).get("kind")
-
-    def component(self, name: str) -> dict[str, Any] | None:
-        return (self.data.get("components") or {}).get(name)
+    def component(self, name: str) -> ComponentEntry | None:
+        return self.doc.components.get(name) if self.doc else None
 
     def component_included(self, name: str) -> bool:
-        comp = self.component(name)
-        return bool(comp and comp.get("included"))
+        return bool(self.doc and self.doc.included(name))
 
     def components_like(self, fragment: str) -> list[str]:
         """Included components whose name contains ``fragment`` (e.g. the flash-attention builds)."""
-        comps = self.data.get("components") or {}
-        return sorted(n for n, c in comps.items() if fragment in n and isinstance(c, dict) and c.get("included"))
+        return self.doc.components_like(fragment) if self.doc else []
 
     def image_arches(self) -> list[str]:
-        return self.gpu_arches + self.experimental_arches
+        return self.doc.image_arches() if self.doc else []
 
     def supports(self, arch: str) -> bool:
-        return any(arch_matches(arch, a) for a in self.image_arches())
+        return bool(self.doc and self.doc.supports(arch))
 
     def attention_backends(self, arch: str, vendor: str) -> tuple[list[str], str]:
         """Backends to force for ``arch`` and where the list came from."""
-        if not self.present:
+        if self.doc is None:
             return list(DEFAULT_BACKENDS[vendor]), "default (no manifest)"
-        table = self.data.get("attention_backends") or {}
+        table = self.doc.attention_backends
         if arch in table:
             return list(table[arch]), f"manifest[{arch}]"
         for key, value in table.items():
-            if key != "cpu" and arch != "cpu" and arch_matches(arch, key):
+            if loads_on(key, arch):
                 return list(value), f"manifest[{key}]"
         return ["math"], f"manifest lists no attention backends for {arch}: math only"
 
@@ -129,11 +112,11 @@ def load(manifest_path: str | None = None, kernels_path: str | None = None) -> M
     kpath = kernels_path or os.environ.get("IMAGEBUILD_KERNELS_JSON") or DEFAULT_KERNELS_JSON
     explicit = bool(manifest_path or os.environ.get("IMAGEBUILD_MANIFEST"))
     if os.path.exists(path):
-        data = load_json(path, "manifest")
-        version = data.get("schema_version")
-        if version != 1:
-            raise ManifestError(f"manifest {path}: schema_version {version!r} is not supported (expected 1)")
-        man = Manifest(path=path, present=True, data=data, kernels_path=kpath)
+        try:
+            doc = ImageManifest.from_dict(load_json(path, "manifest"))
+        except ModelError as exc:  # names the key path: `tunableop.filename: expected str, got NoneType None`
+            raise ManifestError(f"manifest {path}: {exc}") from None
+        man = Manifest(path=path, present=True, doc=doc, kernels_path=kpath)
     elif explicit:
         raise ManifestError(f"manifest {path}: no such file")
     else:

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from imagecontract.targets import loads_on
 from smoke.context import Context
 from smoke.result import CheckResult
 
@@ -67,13 +68,7 @@ def op_applies(ctx: Context) -> str | None:
     comp = man.component(COMPONENT) if man.present else None
     if not comp or not ctx.on_gpu:
         return None
-    arches = list(comp.get("arches") or []) + list(comp.get("experimental") or [])
-    if arches and not any(_match(ctx.info.arch, a) for a in arches):
+    arches = comp.arches + comp.experimental
+    if arches and not any(loads_on(a, ctx.info.arch) for a in arches):
         return f"{COMPONENT} is built for {', '.join(arches)}, not {ctx.info.arch}"
     return None
-
-
-def _match(device_arch: str, image_arch: str) -> bool:
-    from smoke.manifest import arch_matches
-
-    return arch_matches(device_arch, image_arch)

@@ -92,14 +92,14 @@ def inspect(importer: Importer = importlib.import_module) -> AttentionState:
 
 def promises_for(promises: dict[str, dict[str, bool]], arch: str | None) -> dict[str, bool]:
     """The promises made for the device's arch: its exact ID, else the image arch it runs (gfx942 for
-    gfx942:sramecc+:xnack-, by the manifest's own feature rule)."""
+    gfx942:sramecc+:xnack-, by the contract's `loads_on`)."""
     if not arch:
         return {}
     if arch in promises:
         return promises[arch]
-    from smoke.manifest import arch_matches
+    from imagecontract.targets import loads_on
 
-    return next((p for image_arch, p in promises.items() if arch_matches(arch, image_arch)), {})
+    return next((p for image_arch, p in promises.items() if loads_on(image_arch, arch)), {})
 
 
 def failures(promises: dict[str, dict[str, bool]], arch: str | None, state: AttentionState) -> list[str]:

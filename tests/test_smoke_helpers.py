@@ -37,7 +37,7 @@ def cpu_manifest(**overrides: Any) -> dict[str, Any]:
         },
         "attention_backends": {"cpu": ["math"]},
         "runtime": None,
-        "tunableop": {"enabled": False, "tuning": False, "filename": None},
+        "tunableop": {"enabled": False, "tuning": False, "filename": "/data/tunableop/tunableop_results%d.csv"},
         "versions": {
             "torch": host_torch_release(),
             "rocm": None,

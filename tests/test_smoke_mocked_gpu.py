@@ -10,22 +10,20 @@ import pytest
 
 import smoke.device
 from smoke.cli import main
-from tests.test_smoke_helpers import host_torch_release, write_json
+from tests.test_smoke_helpers import cpu_manifest, host_torch_release, write_json
 
-ROCM_MANIFEST: dict[str, Any] = {
-    "schema_version": 1,
-    "target": "rocm6.1-torch2.3",
-    "platform": {"name": "rocm6.1", "kind": "rocm", "version": "6.1"},
-    "gpu_arches": ["gfx90a", "gfx942"],
-    "experimental_arches": [],
-    "components": {"imagebuild-kernels": {"included": True, "arches": ["gfx90a", "gfx942"], "experimental": []}},
-    "attention_backends": {
+# A rocm6.1-style manifest (it fits the contract's model, as every manifest the suite reads must).
+ROCM_MANIFEST: dict[str, Any] = cpu_manifest(
+    target="rocm6.1-torch2.3",
+    platform={"name": "rocm6.1", "kind": "rocm", "version": "6.1", "base_image": "rocm/dev-ubuntu-22.04:6.1"},
+    gpu_arches=["gfx90a", "gfx942"],
+    components={"imagebuild-kernels": {"included": True, "arches": ["gfx90a", "gfx942"], "experimental": []}},
+    attention_backends={
         "gfx90a": ["flash", "efficient", "math"],
         "gfx942": ["flash", "efficient", "math"],
     },
-    "runtime": None,
-    "versions": {"torch": host_torch_release(), "rocm": "6.1", "cuda": None, "python": None},
-}
+    versions={"torch": host_torch_release(), "rocm": "6.1", "cuda": None, "python": "3.10"},
+)
 
 
 def fake_amd_gpu(monkeypatch: pytest.MonkeyPatch, arch: str, native: str | None, hip: str = "6.1.40093-bd8") -> None:
@@ -100,7 +98,8 @@ def test_mocked_gpu_rocm_version_mismatch_fails(tmp_path: Path, monkeypatch: pyt
 
 def test_no_gpu_for_a_gpu_image_fails(tmp_path: Path) -> None:
     """Real probe on this CPU host: an image built for GPUs cannot pass its smoke without one."""
-    code, env = run_env(tmp_path, dict(ROCM_MANIFEST, versions={"torch": host_torch_release()}))
+    python = cpu_manifest()["versions"]["python"]
+    code, env = run_env(tmp_path, dict(ROCM_MANIFEST, versions={"torch": host_torch_release(), "python": python}))
     assert code == 1 and env["reason"] == "no GPU visible, but the image was built for gfx90a, gfx942"
 
 

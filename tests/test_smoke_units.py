@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from imagecontract.models import SmokeReport
+from smoke import manifest as manifest_mod
 from smoke.checks.environment import same_version
 from smoke.checks.tunableop import parse_results_file, row_for, tamper
 from smoke.device import gfx_from_override, gfx_from_target_version
-from smoke.manifest import arch_matches
 from smoke.result import CheckResult
+from tests.test_smoke_helpers import cpu_manifest, run_smoke, write_json
 
 SAMPLE = Path("/work/shared/data/tunableop_h200_torch2.11.csv")
 ROCM_FILE = """Validator,PT_VERSION,2.3.0
@@ -48,10 +49,42 @@ def test_gfx_from_override() -> None:
         ("gfx90a:xnack-", "gfx90", False),
         ("sm_90", "sm_90", True),
         ("sm_90", "sm_80", False),
+        # what `render --arch sm_90+PTX` / `Hopper` writes into the manifest: it runs on sm_90
+        ("sm_90", "sm_90+PTX", True),
+        # a feature LLVM does not know never loads (the contract's rule, not a second one)
+        ("gfx942:sramecc+:xnack-", "gfx942:bogus+", False),
     ],
 )
-def test_arch_matches(device: str, image: str, ok: bool) -> None:
-    assert arch_matches(device, image) is ok
+def test_the_image_supports_a_device_by_the_contracts_rule(tmp_path: Path, device: str, image: str, ok: bool) -> None:
+    data = cpu_manifest(gpu_arches=[image], attention_backends={image: ["flash", "math"]})
+    man = manifest_mod.load(str(write_json(tmp_path / "m.json", data)), str(tmp_path / "none.json"))
+    assert man.supports(device) is ok
+    assert man.attention_backends(device, "amd")[0] == (["flash", "math"] if ok else ["math"])
+
+
+def test_a_manifest_that_does_not_fit_the_contract_names_the_key(tmp_path: Path) -> None:
+    data = cpu_manifest()
+    data["tunableop"]["filename"] = None
+    path = write_json(tmp_path / "m.json", data)
+    with pytest.raises(manifest_mod.ManifestError, match=r"m\.json: tunableop\.filename: expected str, got NoneType"):
+        manifest_mod.load(str(path), None)
+    proc = run_smoke(tmp_path, "--manifest", str(path), "--only", "environment")
+    assert proc.returncode == 2 and proc.stderr.startswith(f"error: manifest {path}: tunableop.filename: ")
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_manifest_of_another_schema_version_is_refused(tmp_path: Path) -> None:
+    path = write_json(tmp_path / "m.json", cpu_manifest(schema_version=2))
+    with pytest.raises(manifest_mod.ManifestError, match="schema_version: expected one of 1, got 2"):
+        manifest_mod.load(str(path), None)
+
+
+@pytest.mark.parametrize("target", ["cuda12.1-torch2.3", "rocm6.1-torch2.3", "local-cpu"])
+def test_every_committed_manifest_loads_in_the_image_reader(target: str) -> None:
+    path = Path(__file__).resolve().parents[1] / "dockerfiles" / target / "manifest.json"
+    man = manifest_mod.load(str(path), "/nonexistent/kernels.json")
+    assert man.present and man.target == target
+    assert all(man.supports(arch) for arch in man.gpu_arches)
 
 
 def test_same_version() -> None:

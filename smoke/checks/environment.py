@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
+from imagecontract.targets import loads_on
 from smoke.context import Context
 from smoke.device import gfx_from_override
-from smoke.manifest import arch_base, arch_matches
 from smoke.result import CheckResult
 
 
@@ -67,7 +67,7 @@ def _check_gpu(ctx: Context, res: CheckResult) -> None:
                 f"device arch {info.arch} is not among the arches the image was built for: "
                 f"{', '.join(man.image_arches())}"
             )
-        elif not any(arch_matches(info.arch, a) for a in man.gpu_arches):
+        elif not any(loads_on(a, info.arch) for a in man.gpu_arches):
             res.warnings.append(f"device arch {info.arch} is experimental in this image")
     else:
         res.warnings.append("no manifest: the device arch was not checked against the image's arches")
@@ -76,7 +76,7 @@ def _check_gpu(ctx: Context, res: CheckResult) -> None:
     kernels = man.kernels
     if kernels is not None:
         objects = [str(a) for a in kernels.get("code_objects") or []]
-        if not any(arch_matches(info.arch, a) for a in objects):
+        if not any(loads_on(a, info.arch) for a in objects):
             res.fail(
                 f"kernels.json: {kernels.get('library')} holds code objects for "
                 f"{', '.join(objects) or 'none'}, "
@@ -89,7 +89,7 @@ def _torch_covers(arch: str, torch_arches: list[str]) -> bool:
     if arch.startswith("sm_"):
         cc = int(arch[3:])
         return any(a == arch or (a.startswith("compute_") and int(a[8:]) <= cc) for a in torch_arches)
-    return any(arch_base(a) == arch_base(arch) for a in torch_arches)
+    return any(loads_on(a, arch) for a in torch_arches)
 
 
 def _check_override(ctx: Context, res: CheckResult) -> None:
@@ -114,13 +114,13 @@ def _check_override(ctx: Context, res: CheckResult) -> None:
 
 def _check_versions(ctx: Context, res: CheckResult) -> None:
     info, man = ctx.info, ctx.manifest
-    if not man.present:
-        return
     want = man.versions
+    if want is None:
+        return
     have = info.versions
     pairs = [("torch", "torch"), ("rocm", "hip"), ("cuda", "cuda"), ("python", "python")]
     for key, have_key in pairs:
-        expected = want.get(key)
+        expected = getattr(want, key)
         if expected is None:
             continue
         found = have.get(have_key)

@@ -16,8 +16,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
+from imagecontract.models.manifest import Runtime
 from smoke.context import Context
 from smoke.result import CheckResult
 from smoke.serve import ServeError, Server, fill, free_port, generate
@@ -35,13 +35,13 @@ MODEL_ENV = "IMAGEBUILD_SMOKE_MODEL"
 
 def run(ctx: Context) -> CheckResult:
     res = CheckResult("runtime")
-    runtime = ctx.manifest.runtime if ctx.manifest.present else None
-    if not runtime or not runtime.get("serve"):
+    runtime = ctx.manifest.runtime
+    if not runtime or not runtime.serve:
         why = "no manifest" if not ctx.manifest.present else "the image has no serving runtime"
         return res.skip(why)
-    res.numbers.update(runtime=runtime.get("name"), kind=runtime.get("kind"), api=runtime.get("api"))
-    if runtime.get("kind") == "tgi":
-        for failure in _tgi_attention(runtime.get("attention") or {}, ctx.info.arch):
+    res.numbers.update(runtime=runtime.name, kind=runtime.kind, api=runtime.api)
+    if runtime.kind == "tgi":
+        for failure in _tgi_attention(runtime.attention, ctx.info.arch):
             res.fail(failure)
         if ctx.gpu_expected() and not ctx.on_gpu:
             if res.failures:
@@ -51,7 +51,7 @@ def run(ctx: Context) -> CheckResult:
     return res.finish()
 
 
-def _tgi_attention(promises: dict[str, Any], arch: str) -> list[str]:
+def _tgi_attention(promises: dict[str, dict[str, bool]], arch: str) -> list[str]:
     """Broken flash / paged attention promises, by name; a missing probe module is itself a failure."""
     try:
         from smoke import tgi_attention
@@ -61,7 +61,7 @@ def _tgi_attention(promises: dict[str, Any], arch: str) -> list[str]:
     return failures
 
 
-def serve_once(runtime: dict[str, Any], res: CheckResult) -> None:
+def serve_once(runtime: Runtime, res: CheckResult) -> None:
     """Make the tiny model, serve it, measure; the server is always stopped and the model removed."""
     work = Path(tempfile.mkdtemp(prefix="smoke-runtime-"))
     try:
@@ -100,18 +100,18 @@ def _make_model(dest: Path) -> str | None:
     return None
 
 
-def _serve(runtime: dict[str, Any], model: str, log_path: Path, res: CheckResult) -> None:
+def _serve(runtime: Runtime, model: str, log_path: Path, res: CheckResult) -> None:
     port = free_port()
-    argv = fill([str(a) for a in runtime["serve"]], model, port)
+    argv = fill(runtime.serve, model, port)
     res.numbers["argv"] = argv
     if shutil.which(argv[0]) is None:
         res.fail(f"runtime entrypoint {argv[0]!r} is not on PATH")
         return
-    api = str(runtime.get("api") or "")
-    timeout = float(runtime.get("startup_timeout_s") or DEFAULT_STARTUP_S)
-    server = Server.start(argv, _child_env(runtime.get("serve_env")), log_path, port)
+    api = runtime.api
+    timeout = float(runtime.startup_timeout_s or DEFAULT_STARTUP_S)
+    server = Server.start(argv, _child_env(runtime.serve_env), log_path, port)
     try:
-        res.latency["server_start_s"] = server.wait_healthy(str(runtime.get("health") or "/health"), timeout)
+        res.latency["server_start_s"] = server.wait_healthy(runtime.health or "/health", timeout)
         first = generate(api, server.base_url, model, PROMPT, 1, REQUEST_TIMEOUT_S)  # cold: warms caches
         res.numbers["first_request_s"] = round(first.seconds, 4)
         ttft = [generate(api, server.base_url, model, PROMPT, 1, REQUEST_TIMEOUT_S) for _ in range(TTFT_REPEATS)]
