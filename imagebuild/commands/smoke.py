@@ -71,7 +71,8 @@ def command(
     names = target_names(matrix_path)
     failures: list[ImagebuildError] = []
     for name, oci, folder in runs:
-        _, found, ref = resolve_image(client, name, [*names, name], root)
+        slug, found, ref = resolve_image(client, name, [*names, name] if oci else names, root)
+        folder = folder if oci else root / "build" / "smoke" / slug  # an image reference: its name as a folder
         emulated = oci is not None and oci != host_platform()
         kind = "none" if emulated else gpu  # emulated: the CPU, the suite's small sizes
         report = report_path or folder / "report.json"
