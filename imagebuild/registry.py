@@ -17,6 +17,8 @@ from pathlib import Path
 
 import requests
 
+from imagebuild.errors import ConfigError
+
 MANIFEST_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
     "application/vnd.oci.image.manifest.v1+json",
@@ -71,14 +73,23 @@ class RepoRef:
 def _docker_config_auth(host: str) -> tuple[str, str] | None:
     """Basic credentials for host from `docker login` (~/.docker/config.json), if stored there in clear."""
     config = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker")) / "config.json"
-    try:
-        auths = json.loads(config.read_text()).get("auths", {})
-    except (OSError, ValueError):
+    if not config.exists():
         return None
-    for key, entry in auths.items():
-        if key.removeprefix("https://").removeprefix("http://").split("/")[0] == host and entry.get("auth"):
-            user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
-            return user, password
+    try:  # a config that exists but does not read is refused (exit 2), as docker login's would be, never ignored
+        data = json.loads(config.read_bytes().decode("utf-8"))
+        auths = data.get("auths", {}) if isinstance(data, dict) else None
+        if not isinstance(auths, dict):
+            raise ValueError("'auths' is not an object")
+        for key, entry in auths.items():
+            if not isinstance(entry, dict) or not isinstance(entry.get("auth", ""), str):
+                raise ValueError("an 'auths' entry is not an object with a string 'auth'")
+            if key.removeprefix("https://").removeprefix("http://").split("/")[0] == host and entry.get("auth"):
+                user, _, password = base64.b64decode(entry["auth"], validate=True).decode("utf-8").partition(":")
+                return user, password
+    except (OSError, ValueError, RecursionError) as exc:  # UnicodeDecodeError, JSONDecodeError, binascii.Error too
+        kind = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else type(exc).__name__
+        detail = kind if isinstance(exc, UnicodeDecodeError | RecursionError) else f"{kind}: {str(exc)[:80]}"
+        raise ConfigError(f"{config}: unreadable registry credentials ({detail})") from None
     return None
 
 

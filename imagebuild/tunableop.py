@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from imagebuild.errors import CheckFailed, ConfigError
+from imagebuild.matrix.fields import excerpt
 from imagecontract import tunableop_csv
 
 # Validators torch has written. ROCm: PT_VERSION, ROCM_VERSION (older) or HIP_VERSION (newer),
@@ -33,11 +34,12 @@ MANDATORY_VALIDATOR = "PT_VERSION"
 
 # GemmTunableOp_Half_TN, GemmStridedBatchedTunableOp_float_NT, ScaledGemmTunableOp_Float8_e4m3fn_..._TN
 _OP_RE = re.compile(r"^(?P<family>[A-Za-z]+TunableOp)_(?P<dtype>.+)_(?P<layout>[NT]{2})$")
+# (ASCII digits, at most 19: torch's sizes are int64, and int() of 4,300+ digits raises)
 # tn_M_N_K[_B_batch][_ld_lda_ldb_ldc][_rw_0|1][_bias_DTYPE]  (BLAS column-major m, n, k)
 _PARAMS_RE = re.compile(
-    r"^(?P<ta>[nNtT])(?P<tb>[nNtT])_(?P<m>\d+)_(?P<n>\d+)_(?P<k>\d+)"
-    r"(?:_B_(?P<batch>\d+))?"
-    r"(?:_ld_(?P<lda>\d+)_(?P<ldb>\d+)_(?P<ldc>\d+))?"
+    r"^(?P<ta>[nNtT])(?P<tb>[nNtT])_(?P<m>[0-9]{1,19})_(?P<n>[0-9]{1,19})_(?P<k>[0-9]{1,19})"
+    r"(?:_B_(?P<batch>[0-9]{1,19}))?"
+    r"(?:_ld_(?P<lda>[0-9]{1,19})_(?P<ldb>[0-9]{1,19})_(?P<ldc>[0-9]{1,19}))?"
     r"(?:_rw_(?P<rowwise>[01]))?"
     r"(?:_bias_(?P<bias>[A-Za-z0-9_:<>]+))?$"
 )
@@ -157,21 +159,22 @@ def parse_text(text: str, source: str = "<text>") -> ResultsFile:
             raise _fail(source, lineno, "carriage return in the line (CRLF file?): torch keeps it in the field")
         if parts[0] == "Validator":
             if len(parts) != 3 or not parts[1] or not parts[2]:
-                raise _fail(source, lineno, f"expected 'Validator,KEY,VALUE', got {line!r}")
+                raise _fail(source, lineno, f"expected 'Validator,KEY,VALUE', got {excerpt(line, 60)}")
             key, value = parts[1], parts[2]
             if key in out.validators and out.validators[key] != value:
-                raise _fail(source, lineno, f"validator {key} given twice with different values")
+                raise _fail(source, lineno, f"validator {excerpt(key)} given twice with different values")
             out.validators[key] = value
             continue
         if len(parts) not in (3, 4):
-            raise _fail(source, lineno, f"expected 'OpName,Params,Solution[,avg_ms]' (3 or 4 fields), got {line!r}")
+            why = f"expected 'OpName,Params,Solution[,avg_ms]' (3 or 4 fields), got {excerpt(line, 60)}"
+            raise _fail(source, lineno, why)
         op, params, solution = parts[0], parts[1], parts[2]
         op_m = _OP_RE.match(op)
         if not op_m:
-            raise _fail(source, lineno, f"unknown op name {op!r} (expected e.g. GemmTunableOp_Half_TN)")
+            raise _fail(source, lineno, f"unknown op name {excerpt(op, 60)} (expected e.g. GemmTunableOp_Half_TN)")
         shape = decode_params(params)
         if shape is None:
-            raise _fail(source, lineno, f"cannot decode params {params!r} (expected e.g. tn_8192_7_28672)")
+            raise _fail(source, lineno, f"cannot decode params {excerpt(params, 60)} (expected e.g. tn_8192_7_28672)")
         if shape.layout != op_m["layout"].lower():
             raise _fail(source, lineno, f"params layout {shape.layout!r} differs from op layout {op_m['layout']!r}")
         if not solution:
@@ -182,11 +185,11 @@ def parse_text(text: str, source: str = "<text>") -> ResultsFile:
             try:
                 t = float(time_text)
             except ValueError:
-                raise _fail(source, lineno, f"time {parts[3]!r} is not a number") from None
+                raise _fail(source, lineno, f"time {excerpt(parts[3])} is not a number") from None
             if not math.isfinite(t) or t < 0:
-                raise _fail(source, lineno, f"time {parts[3]!r} is not a finite non-negative number")
+                raise _fail(source, lineno, f"time {excerpt(parts[3])} is not a finite non-negative number")
         if (op, params) in seen_rows:
-            raise _fail(source, lineno, f"{op},{params} appears twice (torch keeps only the first)")
+            raise _fail(source, lineno, f"{excerpt(op)},{excerpt(params)} appears twice (torch keeps only the first)")
         seen_rows.add((op, params))
         out.rows.append(
             Row(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 
+from imagebuild.matrix.fields import excerpt
 from imagebuild.tunableop import MalformedFile
 
 _DTYPES = {
@@ -38,7 +39,7 @@ def parse_shapes(text: str, source: str = "<shapes>") -> list[dict[str, object]]
             k, sep, v = tok.partition("=")
             if not sep or k not in ("out", "in", "tokens", "dtype") or k in fields:
                 raise MalformedFile(
-                    f"{source}:{lineno}: bad field {tok!r} (expected out=N in=K tokens=M[,M...] [dtype=half])"
+                    f"{source}:{lineno}: bad field {excerpt(tok)} (expected out=N in=K tokens=M[,M...] [dtype=half])"
                 )
             fields[k] = v
         for req in ("out", "in", "tokens"):
@@ -46,7 +47,8 @@ def parse_shapes(text: str, source: str = "<shapes>") -> list[dict[str, object]]
                 raise MalformedFile(f"{source}:{lineno}: missing {req}=")
         dtype = _DTYPES.get(fields.get("dtype", "half").lower())
         if dtype is None:
-            raise MalformedFile(f"{source}:{lineno}: unknown dtype {fields['dtype']!r} ({', '.join(sorted(_DTYPES))})")
+            known = ", ".join(sorted(_DTYPES))
+            raise MalformedFile(f"{source}:{lineno}: unknown dtype {excerpt(fields['dtype'])} ({known})")
         try:
             out_f, in_f = int(fields["out"]), int(fields["in"])
             tokens = [int(t) for t in fields["tokens"].split(",") if t]

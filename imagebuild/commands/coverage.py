@@ -10,6 +10,7 @@ import click
 
 from imagebuild.coverage import CoverageError, distributions_of, judge, scan_image
 from imagebuild.errors import CheckFailed, ConfigError
+from imagebuild.reference import image_argument
 from imagecontract.models.coverage import ArchCoverage
 
 MARK = {"present": "yes", "partial": "part", "compatible": "compat", "ptx": "ptx", "absent": "-"}
@@ -35,7 +36,7 @@ def render_table(doc: ArchCoverage) -> list[str]:
 
 
 @click.command("coverage")
-@click.argument("image")
+@click.argument("image", callback=image_argument)
 @click.option("--json", "as_json", is_flag=True, help="Print the arch-coverage.json document.")
 @click.option("--arch", help="Arches to tabulate (default: the image manifest's, else every arch found).")
 @click.pass_obj

@@ -12,6 +12,7 @@ import click
 from imagebuild.commands.common import echo_json
 from imagebuild.doctor import as_dict, describe, gather
 from imagebuild.errors import ConfigError
+from imagebuild.reference import image_argument
 
 MANIFEST = "/opt/imagebuild/manifest.json"
 
@@ -48,7 +49,7 @@ def image_arches(obj: dict[str, object], given: str) -> tuple[str, list[str], st
 
 
 @click.command("doctor")
-@click.argument("image", required=False)
+@click.argument("image", required=False, callback=image_argument)
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON.")
 @click.pass_obj
 def command(obj: dict[str, object], image: str | None, as_json: bool) -> None:

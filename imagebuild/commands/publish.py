@@ -20,6 +20,7 @@ from imagebuild.publish import (
     publish_image,
     staged_ref,
 )
+from imagebuild.reference import image_or_dash_argument
 from imagebuild.registry import Registry, RepoRef
 
 
@@ -64,7 +65,7 @@ def _gate(result: PublishResult, image_id: str, found: tuple[list[Path], bool], 
 
 
 @click.command("publish")
-@click.argument("image")
+@click.argument("image", callback=image_or_dash_argument)
 @click.option("--registry", "registry", required=True, help="HOST[:PORT]/REPO to publish to.")
 @click.option("--allow-unsmoked", is_flag=True, help="Publish without a passing smoke report (recorded).")
 @click.option(

@@ -14,6 +14,7 @@ import click
 
 from imagebuild.engine import GPU_KINDS, docker_client, resolve_image
 from imagebuild.errors import ConfigError, ImagebuildError
+from imagebuild.reference import image_argument
 from imagebuild.smoke import judge, run_smoke
 
 HOST_PLATFORMS = {"x86_64": "linux/amd64", "amd64": "linux/amd64", "aarch64": "linux/arm64", "arm64": "linux/arm64"}
@@ -47,7 +48,7 @@ def _runs(image: str, matrix_path: Path, root: Path, wanted: tuple[str, ...]) ->
 
 
 @click.command("smoke")
-@click.argument("image")
+@click.argument("image", callback=image_argument)
 @click.option("--gpu", type=click.Choice(GPU_KINDS), default="auto", show_default=True, help="Device flags.")
 @click.option("--platform", "platforms", multiple=True, help="TARGET: smoke only this OCI platform (repeatable).")
 @click.option("--report", "report_path", type=click.Path(path_type=Path, dir_okay=False), help="report.json path.")

@@ -131,9 +131,11 @@ def tune_cmd(
     from imagebuild.engine import docker_client
 
     try:
-        text = shapes.read_text(encoding="utf-8")
+        text = shapes.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:  # a binary file: say which one, never its bytes
+        raise ConfigError(f"{shapes}: not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
-        raise ConfigError(f"{shapes}: cannot read: {exc}") from None
+        raise ConfigError(f"{shapes}: cannot read: {exc.strerror or exc}") from None
     gemms = tunableop_shapes.parse_shapes(text, str(shapes))
     outcome = tt.tune(
         docker_client(),

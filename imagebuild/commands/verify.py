@@ -13,6 +13,7 @@ import click
 from imagebuild.commands.common import echo_json
 from imagebuild.cosign import Verifier
 from imagebuild.errors import CheckFailed, ConfigError
+from imagebuild.reference import image_argument
 
 
 def verifier_from(key: Path | None, identity: str | None, issuer: str | None) -> Verifier:
@@ -29,7 +30,7 @@ def verifier_from(key: Path | None, identity: str | None, issuer: str | None) ->
 
 
 @click.command("verify")
-@click.argument("image_ref")
+@click.argument("image_ref", callback=image_argument)
 @click.option("--key", type=click.Path(path_type=Path, dir_okay=False), help="cosign public key (key-based signing).")
 @click.option("--certificate-identity-regexp", "identity", help="Keyless: the signer identity (e.g. the workflow).")
 @click.option("--certificate-oidc-issuer", "issuer", help="Keyless: the OIDC issuer of that identity.")

@@ -9,6 +9,7 @@ describes the same fields (descriptions come from `field(metadata={"doc": ...})`
 from __future__ import annotations
 
 import dataclasses
+import sys
 import types
 import typing
 from typing import Any, TypeVar, Union
@@ -32,6 +33,15 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
+def _short(value: Any, limit: int = 60) -> str:
+    """A value as an error quotes it: repr cut to `limit` characters (a document may hold megabytes)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int of 4,300+ digits has no repr
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _convert(tp: Any, value: Any, path: str) -> Any:
     """value checked against tp (models built from their dicts); ModelError naming path otherwise."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
@@ -46,10 +56,10 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
                 return _convert(arg, value, path)
             except ModelError as exc:
                 errors.append(str(exc))
-        raise ModelError(errors[0] if len(errors) == 1 else f"{path}: {value!r} fits none of {_type_name(tp)}")
+        raise ModelError(errors[0] if len(errors) == 1 else f"{path}: {_short(value)} fits none of {_type_name(tp)}")
     if origin is typing.Literal:
         if value not in args or isinstance(value, bool) != any(isinstance(a, bool) for a in args):
-            raise ModelError(f"{path}: expected one of {', '.join(map(repr, args))}, got {value!r}")
+            raise ModelError(f"{path}: expected one of {', '.join(map(repr, args))}, got {_short(value)}")
         return value
     if origin is list:
         if not isinstance(value, list):
@@ -61,21 +71,23 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         out = {}
         for key, item in value.items():
             if not isinstance(key, str):
-                raise ModelError(f"{path}: key {key!r} is not a string")
+                raise ModelError(f"{path}: key {_short(key)} is not a string")
             out[key] = _convert(args[1], item, f"{path}.{key}")
         return out
     if _is_model(tp):
         return tp.from_dict(value, path)
     if tp is type(None):
         if value is not None:
-            raise ModelError(f"{path}: expected null, got {value!r}")
+            raise ModelError(f"{path}: expected null, got {_short(value)}")
         return None
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) > sys.float_info.max:  # float() would raise OverflowError
+            raise ModelError(f"{path}: {_short(value)} is out of range for a number")
         return float(value)
     if tp in (str, int, float, bool) and (isinstance(value, bool) if tp is not bool else False):
         raise ModelError(f"{path}: expected {tp.__name__}, got a boolean")
     if not isinstance(value, tp):
-        raise ModelError(f"{path}: expected {_type_name(tp)}, got {type(value).__name__} {value!r:.60}")
+        raise ModelError(f"{path}: expected {_type_name(tp)}, got {type(value).__name__} {_short(value)}")
     return value
 
 
