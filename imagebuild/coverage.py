@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from imagecontract.models import Manifest, ModelError
 from imagecontract.models.coverage import COVERAGE_SCHEMA_VERSION, ArchCoverage, Gap, LibraryCoverage, ScanInfo
+from imagecontract.targets import loads_on
 
 if TYPE_CHECKING:
     from imagebuild.build import TargetResult
@@ -66,21 +68,28 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _bare(arch: str) -> str:
-    return arch.split(":")[0].removesuffix("+PTX")
+def image_manifest(data: Any) -> Manifest | None:
+    """The manifest the scan found in the image, read through the contract's model; one line naming the key
+    path when it does not fit (exit 2)."""
+    from imagebuild.errors import ConfigError
+
+    if data is None:
+        return None
+    try:
+        return Manifest.from_dict(data)
+    except ModelError as exc:
+        raise ConfigError(f"the image's manifest does not fit the contract: {exc}") from None
 
 
-def rules(manifest: dict[str, Any] | None, distributions: dict[str, str]) -> list[Rule]:
+def rules(manifest: Manifest | None, distributions: dict[str, str]) -> list[Rule]:
     """torch (every arch of the image) and each included component with a known distribution (its arches)."""
-    if not manifest:
+    if manifest is None:
         return []
-    image = [*manifest.get("gpu_arches", []), *manifest.get("experimental_arches", [])]
-    out = [Rule("torch", "torch", tuple(map(_bare, image)))]
-    for name, entry in sorted((manifest.get("components") or {}).items()):
+    out = [Rule("torch", "torch", tuple(manifest.image_arches()))]
+    for name, entry in sorted(manifest.components.items()):
         dist = distributions.get(name)
-        if entry.get("included") and dist:
-            built = [*entry.get("arches", []), *entry.get("experimental", []), *entry.get("fixed_arches", [])]
-            out.append(Rule(name, _norm(dist), tuple(map(_bare, built))))
+        if entry.included and dist:
+            out.append(Rule(name, _norm(dist), (*entry.arches, *entry.experimental, *entry.fixed_arches)))
     return out
 
 
@@ -97,7 +106,7 @@ def _rule_for(lib: dict[str, Any], found: list[Rule]) -> Rule | None:
 
 def judge(raw: dict[str, Any], distributions: dict[str, str], target: str | None = None) -> ArchCoverage:
     """The arch-coverage.json document from the in-image scan's output."""
-    manifest = raw.get("manifest")
+    manifest = image_manifest(raw.get("manifest"))
     found = rules(manifest, distributions)
     libraries, gaps = [], []
     for lib in raw["libraries"]:
@@ -108,7 +117,7 @@ def judge(raw: dict[str, Any], distributions: dict[str, str], target: str | None
                 continue
             if rule is None:
                 gaps.append(Gap(lib["path"], arch, True, "not governed by the matrix: reported"))
-            elif _bare(arch) not in rule.arches:
+            elif not any(loads_on(built, arch) for built in rule.arches):
                 gaps.append(Gap(lib["path"], arch, True, f"{rule.component} is not built for {arch}", rule.component))
             else:
                 why = f"{rule.component} was built for {arch} but this library holds no code for it"
@@ -120,7 +129,7 @@ def judge(raw: dict[str, Any], distributions: dict[str, str], target: str | None
         gaps=gaps,
         ok=all(g.allowed for g in gaps),
         scan=ScanInfo.from_dict(raw["scan"]),
-        target=target or (manifest or {}).get("target"),
+        target=target or (manifest.target if manifest else None),
     )
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from imagebuild.coverage import judge
+from imagebuild.errors import ConfigError
 from imagecontract import codeobjects as co
 from imagecontract.amdgpu_elf import amdgpu_target
 from imagecontract.coverage import scan, status, table
@@ -93,14 +94,26 @@ def lib(path: str, owner: str, arches: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def test_judge_per_component() -> None:
-    manifest = {
+def rocm_manifest(components: dict[str, Any]) -> dict[str, Any]:
+    """A manifest that fits the contract's model (the judge reads it through `Manifest.from_dict`)."""
+    return {
+        "schema_version": 1,
+        "target": "rocm6.1-torch2.3",
+        "platform": {"name": "rocm6.1", "kind": "rocm", "version": "6.1", "base_image": "rocm/dev:6.1"},
+        "torch": {"version": "2.3.0", "obtained": "wheel"},
+        "versions": {"torch": "2.3.0", "rocm": "6.1", "python": "3.10"},
         "gpu_arches": ["gfx90a", "gfx942"],
-        "components": {
+        "components": components,
+    }
+
+
+def test_judge_per_component() -> None:
+    manifest = rocm_manifest(
+        {
             "vllm-rocm": {"included": True, "arches": ["gfx90a", "gfx942"]},
             "flash-attention-ck": {"included": True, "arches": ["gfx90a"]},
-        },
-    }
+        }
+    )
     dists = {"vllm-rocm": "vllm", "flash-attention-ck": "flash_attn"}
     libs = [
         lib("/sp/vllm/_C.so", "python:vllm", {"gfx90a": "present", "gfx942": "absent"}),
@@ -120,6 +133,28 @@ def test_judge_per_component() -> None:
     }
     assert not doc.ok
     assert doc.summary() == "gfx90a=3/5 gfx942=2/5 gaps=5 disallowed=2"
+
+
+def test_judge_matches_arches_by_the_contracts_rule() -> None:
+    """A component built for gfx942:xnack- has no code for an xnack+ device: not built for it (allowed), as
+    `loads_on` says; the processor alone would call it a gap in what was built."""
+    manifest = rocm_manifest({"vllm-rocm": {"included": True, "arches": ["gfx942:xnack-"]}})
+    libs = [lib("/sp/vllm/_C.so", "python:vllm", {"gfx942:xnack+": "absent", "gfx942:xnack-": "absent"})]
+    doc = judge(raw_doc(libs, manifest, ["gfx942:xnack+", "gfx942:xnack-"]), {"vllm-rocm": "vllm"}, "t")
+    assert {g.arch: g.allowed for g in doc.gaps} == {"gfx942:xnack+": True, "gfx942:xnack-": False}
+
+
+def test_judge_refuses_a_manifest_that_does_not_fit_naming_the_key() -> None:
+    manifest = rocm_manifest({"vllm-rocm": {"included": "yes", "arches": ["gfx942"]}})
+    with pytest.raises(ConfigError, match=r"components\.vllm-rocm\.included: expected bool") as info:
+        judge(raw_doc([], manifest, ["gfx942"]), {}, "t")
+    assert "\n" not in str(info.value)
+
+
+def test_judge_without_a_manifest_governs_nothing() -> None:
+    libs = [lib("/sp/vllm/_C.so", "python:vllm", {"gfx942": "absent"})]
+    doc = judge(raw_doc(libs, None, ["gfx942"]), {"vllm-rocm": "vllm"})
+    assert [(g.allowed, g.component) for g in doc.gaps] == [(True, None)] and doc.target is None
 
 
 def test_scan_groups_kernel_folders_and_finds_owners(tmp_path: Path) -> None:
@@ -232,11 +267,11 @@ def result_for(target: str, image_id: str, tag: str) -> Any:
 
 
 def component_manifest(kind: str, arches: list[str], components: dict[str, list[str]]) -> dict[str, Any]:
-    return {
+    platform = {"name": kind, "kind": kind, "version": "6.1" if kind == "rocm" else "12.1", "base_image": "local"}
+    return rocm_manifest({n: {"included": True, "arches": a} for n, a in components.items()}) | {
         "target": f"coverage-{kind}",
-        "platform": {"kind": kind},
+        "platform": platform,
         "gpu_arches": arches,
-        "components": {n: {"included": True, "arches": a} for n, a in components.items()},
     }
 
 
