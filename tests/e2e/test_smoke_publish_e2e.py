@@ -101,6 +101,8 @@ def test_registry_stopped_during_publish_exits_5_and_leaves_no_public_tag(
             *CLI,
             "publish",
             "local-cpu",
+            "--platform",
+            "linux/amd64",
             "--registry",
             f"{scratch_registry.addr}/victim",
             "--report",
@@ -138,6 +140,8 @@ def test_promote_copies_a_staged_digest_to_another_repository(
     run = imagebuild(
         "publish",
         "local-cpu",
+        "--platform",
+        "linux/amd64",
         "--registry",
         f"{registry}/{staging}",
         "--tag",
