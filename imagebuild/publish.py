@@ -162,8 +162,12 @@ def publish_image(
     result: PublishResult,
     tags: list[str],
     log: Callable[[str], None],
+    before_tags: Callable[[], None] | None = None,
 ) -> None:
-    """Stage, verify, then move the public tags; a failure leaves the public tags untouched."""
+    """Stage, verify, then move the public tags; a failure leaves the public tags untouched.
+
+    before_tags (signing) runs on the verified staged digest before any public tag moves: when it raises, no
+    public tag ever names an unsigned image."""
     registry = Registry(repo)
     staging_tag = f"staging-{image.id.split(':')[-1][:12]}"
     result.staging_ref = f"{repo}:{staging_tag}"
@@ -178,6 +182,8 @@ def publish_image(
         raise PublishFailed(f"digest mismatch for {result.staging_ref}: local {local_digest}, registry {remote}")
     result.digest = local_digest
     result.digest_ref = f"{repo}@{local_digest}"
+    if before_tags is not None:
+        before_tags()
     for tag in tags:
         log(f"tag {repo}:{tag} -> {local_digest}")
         moved = with_retries(
@@ -198,8 +204,17 @@ def staged_ref(registry: Registry, repo: RepoRef, reference: str) -> ImageRef:
     return ImageRef(image_id, target, (), str(repo), digest, recorded_by="registry")
 
 
-def promote(source: str, dest: RepoRef, tags: list[str], log: Callable[[str], None]) -> tuple[str, list[str]]:
-    """Copy a staged `HOST/REPO@sha256:...` (or :tag) to public tags of dest, same registry host."""
+def promote(
+    source: str,
+    dest: RepoRef,
+    tags: list[str],
+    log: Callable[[str], None],
+    before_tags: Callable[[str], None] | None = None,
+) -> tuple[str, list[str]]:
+    """Copy a staged `HOST/REPO@sha256:...` (or :tag) to public tags of dest, same registry host.
+
+    With before_tags (signing), the digest is first copied into dest by digest alone (no tag: an index brings
+    its children), before_tags(digest) signs it there, and only then do the public tags move."""
     name, sep, digest = source.partition("@")
     src = RepoRef.parse(name if sep else source.rsplit(":", 1)[0])
     reference = digest if sep else source.rsplit(":", 1)[1]
@@ -209,6 +224,11 @@ def promote(source: str, dest: RepoRef, tags: list[str], log: Callable[[str], No
     resolved = with_retries(f"reading {source}", lambda: registry.digest(src.repo, reference))
     if resolved is None:
         raise PublishFailed(f"{source} does not exist in {src.host}")
+    if before_tags is not None:
+        if src.repo != dest.repo:
+            log(f"stage {src}@{resolved} -> {dest}@{resolved}")
+            with_retries(f"copying to {dest}", lambda: registry.copy(src.repo, resolved, dest.repo, resolved))
+        before_tags(resolved)
     refs = []
     for tag in tags:
         log(f"promote {src}@{resolved} -> {dest}:{tag}")

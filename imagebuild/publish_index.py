@@ -82,13 +82,22 @@ def push_children(
 
 
 def write_indexes(
-    dest: RepoRef, tags: list[str], children: list[Child], result: PublishResult, log: Callable[[str], None]
+    dest: RepoRef,
+    tags: list[str],
+    children: list[Child],
+    result: PublishResult,
+    log: Callable[[str], None],
+    before_tags: Callable[[], None] | None = None,
 ) -> None:
-    """One index per tag whose children are exactly these digests; each read back and verified."""
+    """One index per tag whose children are exactly these digests; each read back and verified.
+
+    before_tags (signing the index digest) runs on the staged index before any public tag moves."""
     registry = Registry(dest)
     staging = f"staging-index-{children[0].digest.split(':')[-1][:12]}"
     digest = with_retries(f"writing the index to {dest}", lambda: assemble(registry, dest.repo, staging, children))
     result.digest, result.digest_ref, result.staging_ref = digest, f"{dest}@{digest}", f"{dest}:{staging}"
+    if before_tags is not None:
+        before_tags()
     for tag in tags:
         log(f"index {dest}:{tag} -> {digest} ({', '.join(c.platform for c in children)})")
         with_retries(f"tagging {dest}:{tag}", lambda tag=tag: registry.copy(dest.repo, digest, dest.repo, tag))

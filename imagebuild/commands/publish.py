@@ -133,11 +133,11 @@ def command(
         image = index.local_name(image, listed[0], index.target_platforms(matrix_path, image)[0])
     name, found, ref = resolve_image(client, image, target_names(matrix_path), root)
     result = PublishResult(image=image, image_id=ref.image_id, repository=str(dest), ref=ref)
-    out_path = out_path or root / "build" / "publish" / name / "publish-report.json"
-    with _recorded(result, out_path):
+    out = out_path or root / "build" / "publish" / name / "publish-report.json"
+    with _recorded(result, out):
         _gate(result, ref.image_id, reports, allow_unsmoked)
-        publish_image(client, found, image, dest, result, list(tags) or public_tags(ref, image), _log)
-        signing.after_publish(client, result, reports[0], out_path)
+        sign = (lambda: signing.sign_publish(client, result, reports[0], out)) if signing.wanted() else None
+        publish_image(client, found, image, dest, result, list(tags) or public_tags(ref, image), _log, sign)
 
 
 def _promote(
@@ -149,7 +149,7 @@ def _promote(
     out_path: Path | None,
     root: Path,
 ) -> None:
-    """Gate on the staged image's config digest (its image ID), then copy it to dest's public tags."""
+    """Gate on the staged image's config digest (its image ID), sign it in dest, then copy it to dest's public tags."""
     from imagebuild.publish import with_retries
 
     name, sep, reference = source.partition("@")
@@ -161,14 +161,18 @@ def _promote(
     if not wanted:
         raise ConfigError(f"{source} has no io.imagebuild.target label", hint="pass --tag")
     result = PublishResult(image=source, image_id=ref.image_id, repository=str(dest), ref=ref)
-    out_path = out_path or root / "build" / "publish" / wanted[0] / "publish-report.json"
-    with _recorded(result, out_path):
+    out = out_path or root / "build" / "publish" / wanted[0] / "publish-report.json"
+
+    def sign(digest: str) -> None:  # the digest copied into dest, before any public tag there moves
+        result.digest, result.digest_ref, result.staging_ref = digest, f"{dest}@{digest}", source
+        signing.sign_promote(source, result, reports[0], out)
+
+    with _recorded(result, out):
         signing.before_promote(source)
         _gate(result, ref.image_id, reports, allow_unsmoked)
-        result.digest, result.refs = promote(source, dest, wanted, _log)
+        result.digest, result.refs = promote(source, dest, wanted, _log, sign if signing.wanted() else None)
         result.staging_ref = source
         result.digest_ref = f"{dest}@{result.digest}"
-        signing.after_promote(source, result, reports[0], out_path)
 
 
 @contextmanager

@@ -85,8 +85,8 @@ def publish_target_index(
         images.append(PlatformImage(platform, name, found, ref))
     first = images[0]
     result = PublishResult(image=target, image_id=first.ref.image_id, repository=str(dest), ref=first.ref)
-    out_path = out_path or root / "build" / "publish" / target / "publish-report.json"
-    with recorded(result, out_path):
+    out = out_path or root / "build" / "publish" / target / "publish-report.json"
+    with recorded(result, out):
         gate(images, reports, allow_unsmoked, warn)
         result.smoke_report = ", ".join(str(i.report) for i in images if i.report)
         children_results = {
@@ -94,15 +94,15 @@ def publish_target_index(
             for i in images
         }
         children = push_children(client, images, dest, children_results, log)
-        for item in images:
+        for item in images:  # each child signed (no public tag names it), then the index, then the tags move
             child = children_results[item.platform]
+            child_out = out.parent / slug(item.platform) / out.name
+            signing.sign_publish(client, child, [item.report] if item.report else [], child_out)
             child.smoke_report, child.ok = str(item.report) if item.report else None, True
-            child_out = out_path.parent / slug(item.platform) / out_path.name
             child.write(child_out)
-            signing.after_publish(client, child, [item.report] if item.report else [], child_out)
         result.platforms = {c.platform: c.digest for c in children}
-        write_indexes(dest, tags or public_tags(first.ref, target), children, result, log)
-        signing.after_index(result, out_path)
+        sign = (lambda: signing.sign_index_digest(result, out)) if signing.wanted() else None
+        write_indexes(dest, tags or public_tags(first.ref, target), children, result, log, sign)
 
 
 def promote_index(
@@ -133,9 +133,21 @@ def promote_index(
     if not tags:
         raise ConfigError(f"{source} has no io.imagebuild.target label", hint="pass --tag")
     result = PublishResult(image=source, image_id=next(iter(ids.values())), repository=str(dest), platforms=found)
-    out_path = out_path or root / "build" / "publish" / tags[0] / "publish-report.json"
-    with recorded(result, out_path):
-        # --require-signed: an index staged by this command (--index-of) is signed after the copy; its children now
+    out = out_path or root / "build" / "publish" / tags[0] / "publish-report.json"
+
+    def sign(digest: str) -> None:  # the index copied into dest by digest: each child, then the index, then tags
+        result.digest, result.staging_ref, result.digest_ref = digest, source, f"{dest}@{digest}"
+        for platform, child_digest in found.items():
+            child = PublishResult(image=f"{src}@{child_digest}", image_id=ids[platform], repository=str(dest))
+            child.digest, child.digest_ref = child_digest, f"{dest}@{child_digest}"
+            report = passing[platform]
+            child_out = out.parent / slug(platform) / out.name
+            signing.sign_promote(f"{src}@{child_digest}", child, [report] if report else [], child_out)
+        signing.sign_index_digest(result, out)
+
+    with recorded(result, out):
+        # --require-signed: an index staged by this command (--index-of) is signed in dest before its tags move;
+        # its children now
         for ref in [f"{src}@{d}" for d in found.values()] if staged_here else [source]:
             signing.before_promote(ref)
         passing = {p: find_passing_report(i, reports) for p, i in ids.items()}
@@ -147,15 +159,8 @@ def promote_index(
                     hint="pass its --report, or --allow-unsmoked",
                 )
         result.smoke_report = ", ".join(str(r) for r in passing.values() if r)
-        result.digest, result.refs = promote(source, dest, tags, log)
+        result.digest, result.refs = promote(source, dest, tags, log, sign if signing.wanted() else None)
         result.staging_ref, result.digest_ref = source, f"{dest}@{result.digest}"
-        for platform, digest in found.items():
-            child = PublishResult(image=f"{src}@{digest}", image_id=ids[platform], repository=str(dest))
-            child.digest, child.digest_ref = digest, f"{dest}@{digest}"
-            report = passing[platform]
-            child_out = out_path.parent / slug(platform) / out_path.name
-            signing.after_promote(f"{src}@{digest}", child, [report] if report else [], child_out)
-        signing.after_index(result, out_path)
     return True
 
 

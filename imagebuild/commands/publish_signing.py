@@ -1,7 +1,9 @@
 """The signing options of `imagebuild publish` and the hooks it calls (issue 16), kept out of the publish code.
 
 Options are stored on the click context (`expose_value=False`), so the publish command's signature stays as it
-is: `@signing_options` adds them, `after_publish` / `before_promote` / `after_promote` read them.
+is: `@signing_options` adds them, `sign_publish` / `sign_index_digest` / `before_promote` / `sign_promote` read them.
+The sign hooks run on the staged, verified digest before any public tag moves (publish_image's and promote's
+before_tags): a signing failure (exit 5) leaves every public tag where it was.
 """
 
 from __future__ import annotations
@@ -75,6 +77,11 @@ def check_options() -> None:
     _opts()["signer"] = signer
 
 
+def wanted() -> bool:
+    """Whether this publish signs (a signer was given): only then do publish and promote take a before_tags hook."""
+    return _opts().get("signer") is not None
+
+
 def _record(out_path: Path, result: PublishResult, signer: Any, attached: list[str]) -> None:
     write_atomic(
         out_path.with_name("signing.json"),
@@ -83,8 +90,8 @@ def _record(out_path: Path, result: PublishResult, signer: Any, attached: list[s
     click.echo(f"signed {result.digest_ref}: {', '.join(attached)}")
 
 
-def after_publish(client: docker.DockerClient, result: PublishResult, reports: list[Path], out_path: Path) -> None:
-    """Sign the verified digest and attach SBOM, provenance and smoke attestations (when a signer was given)."""
+def sign_publish(client: docker.DockerClient, result: PublishResult, reports: list[Path], out_path: Path) -> None:
+    """Sign the verified staged digest and attach SBOM, provenance and smoke attestations (when a signer was given)."""
     from imagebuild.registry import RepoRef
     from imagebuild.signing import sign_published
 
@@ -101,8 +108,8 @@ def after_publish(client: docker.DockerClient, result: PublishResult, reports: l
     _record(out_path, result, signer, attached)
 
 
-def after_index(result: PublishResult, out_path: Path) -> None:
-    """Sign the index digest (its children carry their own attestations: after_publish / after_promote)."""
+def sign_index_digest(result: PublishResult, out_path: Path) -> None:
+    """Sign the staged index digest (its children carry their own attestations: sign_publish / sign_promote)."""
     from imagebuild.registry import RepoRef
     from imagebuild.signing import sign_index
 
@@ -127,8 +134,9 @@ def before_promote(source: str) -> None:
     require_signed(source, verifier)
 
 
-def after_promote(source: str, result: PublishResult, reports: list[Path], out_path: Path) -> None:
-    """Copy the staged attestations, sign the digest in the destination, attest the smoke reports."""
+def sign_promote(source: str, result: PublishResult, reports: list[Path], out_path: Path) -> None:
+    """Copy the staged attestations, sign the digest in the destination (copied there by digest, no tag yet),
+    attest the smoke reports."""
     from imagebuild.registry import RepoRef
     from imagebuild.signing import sign_promoted
 

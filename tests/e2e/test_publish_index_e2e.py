@@ -111,6 +111,22 @@ def test_index_published_signed_verified_and_promoted(
     assert verify.returncode == 0, verify.output[-4000:]
 
 
+def test_cosign_failure_publishes_no_index_tag(
+    smoked_local_cpu: tuple[Any, Path], smoked_arm64: Path, registry: str, keys: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """The children and the index are signed before the tag is written: a cosign failure leaves no tag at all."""
+    wrong = tmp_path / "wrong-password"
+    wrong.write_text("not the e2e password")
+    repo = RepoRef.parse(f"{registry}/{unique('e2e-index-signfail')}")
+    reports = ("--report", str(smoked_local_cpu[1]), "--report", str(smoked_arm64))
+    sign = ("--sign-key", str(keys[0]), "--key-password-file", str(wrong))
+    run = imagebuild("publish", "local-cpu", "--registry", str(repo), "--tag", "v1", *reports, *sign)
+    assert run.returncode == 5, run.output[-3000:]
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: signing {repo}@sha256:"), run.stderr
+    assert Registry(repo).digest(repo.repo, "v1") is None
+
+
 def test_ci_path_staged_platform_digests_promoted_as_one_index(
     smoked_local_cpu: tuple[Any, Path], smoked_arm64: Path, registry: str, tmp_path: Path
 ) -> None:

@@ -212,3 +212,50 @@ def test_promote_requires_signed_and_signs_the_public_digest(
     assert done.returncode == 0, done.output[-3000:]
     code, out, last = _verify(f"{registry}/{public}:local-cpu", keys.pub)
     assert code == 0, out + last
+
+
+def _wrong_password(tmp_path: Path) -> tuple[str, ...]:
+    """Real cosign with the right key and a wrong password: `cosign sign` fails to decrypt the key."""
+    wrong = tmp_path / "wrong-password"
+    wrong.write_text("not the e2e password\n")
+    return ("--key-password-file", str(wrong))
+
+
+def test_cosign_failure_leaves_the_public_tags_unmoved(
+    smoked_local_cpu: tuple[Any, Path], failing_image: str, registry: str, keys: Keys, tmp_path: Path
+) -> None:
+    """Signing runs on the staged digest before any tag moves: v1 keeps its old digest, v2 is never created."""
+    _, smoke_report = smoked_local_cpu
+    repo = unique("e2e-signfail")
+    before, _ = _publish("local-cpu", registry, repo, tmp_path / "first.json", "--report", str(smoke_report))
+    out = tmp_path / "p.json"
+    dest = ("--registry", f"{registry}/{repo}", "--tag", "v1", "--tag", "v2", "--out", str(out))
+    run = imagebuild(
+        "publish", failing_image, *dest, "--allow-unsmoked", "--sign-key", str(keys.key), *_wrong_password(tmp_path)
+    )
+    assert run.returncode == 5, run.output[-3000:]
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: signing {registry}/{repo}@sha256:"), run.stderr
+    assert "Traceback" not in run.output and "not the e2e password" not in run.output
+    reg = Registry(RepoRef.parse(f"{registry}/{repo}"))
+    assert reg.digest(repo, "v1") == before  # not moved onto the unsigned digest
+    assert reg.digest(repo, "v2") is None  # never created
+    report = json.loads(out.read_text())
+    assert report["ok"] is False and report["refs"] == [] and report["digest"] not in (None, before)
+    assert report["error"].startswith("signing ")
+
+
+def test_cosign_failure_on_promote_creates_no_public_tag(
+    signed: Signed, smoked_local_cpu: tuple[Any, Path], registry: str, keys: Keys, tmp_path: Path
+) -> None:
+    _, smoke_report = smoked_local_cpu
+    public = unique("e2e-signfail-public")
+    source = f"{registry}/{signed.repo}@{signed.digest}"
+    run = imagebuild(
+        "publish", "--promote", source, "--registry", f"{registry}/{public}", "--report", str(smoke_report),
+        "--out", str(tmp_path / "p.json"), "--sign-key", str(keys.key), *_wrong_password(tmp_path),
+    )  # fmt: skip
+    assert run.returncode == 5, run.output[-3000:]
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: signing {registry}/{public}@{signed.digest}"), run.stderr
+    assert Registry(RepoRef.parse(f"{registry}/{public}")).digest(public, "local-cpu") is None
