@@ -59,7 +59,7 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 
 
 def library_path() -> str:
-    """Path of the compiled extension (what `kernel_verify.py` lists the code objects of)."""
+    """Path of the compiled extension (what `imagecontract/verify.py` lists the code objects of)."""
     if _C_SPEC is None or _C_SPEC.origin is None:
         raise RuntimeError("imagebuild_kernels has no compiled extension: it was installed CPU-only")
     return _C_SPEC.origin
