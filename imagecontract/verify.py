@@ -18,7 +18,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagecontract.atomic import write_atomic
+from imagecontract.atomic import check_output, write_atomic
 from imagecontract.codeobjects import Listing, VerifyError, list_code_objects
 from imagecontract.models.kernels import KernelsReport
 from imagecontract.targets import TargetError, device_configs, loads_on, parse_list
@@ -126,6 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arch", required=True, help="requested arches, e.g. 'gfx90a;gfx942' or '8.0;9.0+PTX'")
     parser.add_argument("--json-out", help="write the kernels.json document here")
     args = parser.parse_args(argv)
+    if args.json_out:  # a device, FIFO or folder there is refused before the library is read
+        try:
+            check_output(args.json_out)
+        except OSError as exc:
+            print(f"error: cannot write {args.json_out}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     try:
         requested = parse_arch_list(args.arch)
         listing = list_code_objects(args.file)

@@ -14,7 +14,7 @@ import time
 import traceback
 from typing import Any, NoReturn
 
-from imagecontract.atomic import write_atomic
+from imagecontract.atomic import check_output, write_atomic
 from imagecontract.models import SmokeReport
 from smoke import baseline as baseline_mod
 from smoke import manifest as manifest_mod
@@ -49,6 +49,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not 0 <= args.baseline_tolerance < 1:
         raise UsageError("--baseline-tolerance must be in [0, 1)")
     args.only_list = select(args.only)
+    for path in (args.report, args.junit):  # a device, FIFO or folder there: refused before any check runs
+        if path:
+            try:
+                check_output(path)
+            except OSError as exc:
+                raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
     args.argv = list(sys.argv[1:] if argv is None else argv)
     return args
 
