@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 13 on a real GPU host (H200): arch coverage of the installed torch and its CUDA wheels, doctor, and the
-# in-image preflight against the real driver. Stdlib only (imagecontract/, imagebuild/doctor.py): no container.
+# in-image preflight against the real driver. Stdlib only (imagecontract/, imagebuild/prove/doctor.py): no container.
 #   OUT=/some/dir bash bench/gpu_issue13.sh
 set -u
 OUT=${OUT:?set OUT to a folder}
@@ -15,9 +15,9 @@ echo "site-packages: $SP" >>"$OUT/env.txt"
 /usr/bin/time -f "coverage wall %e s, max RSS %M KB" python3 -m imagecontract.coverage --root "$SP" \
   --arch "sm_75;sm_80;sm_86;sm_89;sm_90;sm_100;sm_120" >"$OUT/coverage_raw.json" 2>>"$OUT/env.txt"
 # doctor on the real driver (no image: the arches given by hand, as the image label would give them)
-python3 -m imagebuild.doctor >"$OUT/doctor.txt" 2>&1; echo "exit $?" >>"$OUT/doctor.txt"
-python3 -m imagebuild.doctor --json --arch "sm_80;sm_90" >"$OUT/doctor.json" 2>&1
-python3 -m imagebuild.doctor --arch "sm_80" >>"$OUT/doctor.txt" 2>&1; echo "exit $? (image sm_80 only)" >>"$OUT/doctor.txt"
+python3 -m imagebuild.prove.doctor >"$OUT/doctor.txt" 2>&1; echo "exit $?" >>"$OUT/doctor.txt"
+python3 -m imagebuild.prove.doctor --json --arch "sm_80;sm_90" >"$OUT/doctor.json" 2>&1
+python3 -m imagebuild.prove.doctor --arch "sm_80" >>"$OUT/doctor.txt" 2>&1; echo "exit $? (image sm_80 only)" >>"$OUT/doctor.txt"
 # preflight: the real driver query against manifests of several arch lists; the entrypoint path with one of them
 python3 - >"$OUT/preflight.txt" 2>&1 <<'EOF'
 import json, os, subprocess, sys, tempfile, time

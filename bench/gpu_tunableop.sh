@@ -47,7 +47,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$LOG" 2>&1
 NGPU=$(python3 -c 'import torch; print(torch.cuda.device_count())')
 DEV1=$((NGPU > 1 ? 1 : 0))
 
-to_json() { python3 -c 'import sys; from imagebuild.tunableop import parse_shapes, shapes_json
+to_json() { python3 -c 'import sys; from imagebuild.tunableop.results import parse_shapes, shapes_json
 print(shapes_json(parse_shapes(open(sys.argv[1]).read(), sys.argv[1])), end="")' "$1" >"$2"; }
 to_json tests/data/tunableop/shapes_llama70b.txt "$W/shapes0.json"
 to_json tests/data/tunableop/shapes_llama70b_dev1.txt "$W/shapes1.json"

@@ -24,6 +24,8 @@ COMMAND_MODULES = [
     "verify",
     "coverage",
     "doctor",
+    "report",
+    "lock",
 ]
 
 

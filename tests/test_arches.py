@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from imagebuild import arches
-from imagebuild.arches import ArchSupport, parse_list, parse_target, resolve
 from imagebuild.errors import ConfigError
+from imagebuild.matrix import arches
+from imagebuild.matrix.arches import ArchSupport, parse_list, parse_target, resolve
 
 
 @pytest.mark.parametrize(

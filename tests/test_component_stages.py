@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild import arches, render
-from imagebuild import manifest as manifest_mod
 from imagebuild.errors import ConfigError
-from imagebuild.matrix import load_matrix, load_text
+from imagebuild.matrix import arches, load_matrix, load_text
+from imagebuild.plan import manifest as manifest_mod
+from imagebuild.render import dockerfile as render
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_TARGETS = ["rocm6.1-torch2.3", "cuda12.1-torch2.3"]

@@ -16,8 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 import imagecontract
-from imagebuild.arches import parse_list as host_parse_list
 from imagebuild.cli import main
+from imagebuild.matrix.arches import parse_list as host_parse_list
 from imagecontract import targets
 from imagecontract import verify as kv
 from imagecontract.atomic import write_atomic
@@ -152,8 +152,8 @@ HIDDEN = "Validator,PT_VERSION,2.3.0\nValidator,GCN_ARCH_NAME,gfx942{sep}Validat
 @pytest.mark.parametrize("sep", ["\x0c", "\u2028", "\x1e", "\x85", "\r"])
 def test_tunableop_lines_split_only_on_newline_as_torch_does(sep: str, tmp_path: Path) -> None:
     """Issue 12's class: str.splitlines split on form feed, U+2028, ... and saw a validator torch never reads."""
-    from imagebuild import tunableop as top
     from imagebuild.errors import ConfigError
+    from imagebuild.tunableop import results as top
     from imagecontract import tunableop_csv
     from tests.test_tunableop_image import entry
 
@@ -169,8 +169,8 @@ def test_tunableop_lines_split_only_on_newline_as_torch_does(sep: str, tmp_path:
 
 def test_crlf_results_file_is_refused_by_the_host_check(tmp_path: Path) -> None:
     """torch keeps the `\\r` in the last field (PT_VERSION `2.3.0\\r` never validates); the host says so."""
-    from imagebuild import tunableop as top
     from imagebuild.errors import ConfigError
+    from imagebuild.tunableop import results as top
     from imagecontract import tunableop_csv
 
     path = tmp_path / "crlf.csv"

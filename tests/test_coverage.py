@@ -2,7 +2,7 @@
 images built here holding our device code compiled for a gfx list (clang-19) and an sm list (nvcc).
 
 The engine-backed tests build small images (local/debian:bookworm + a pip-style RECORD + the compiled libraries +
-a manifest) and run the real hook, imagebuild.coverage.add_coverage, the step `imagebuild build` calls after
+a manifest) and run the real hook, imagebuild.prove.coverage.add_coverage, the step `imagebuild build` calls after
 BuildKit: a deliberate gap (gfx942 promised, not compiled) fails the build with exit 3 naming library and arch;
 the CUDA image passes and gets /opt/imagebuild/arch-coverage.json and its label.
 """
@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from imagebuild.coverage import judge
 from imagebuild.errors import ConfigError
+from imagebuild.prove.coverage import judge
 from imagecontract import codeobjects as co
 from imagecontract.amdgpu_elf import amdgpu_target
 from imagecontract.coverage import scan, status, table
@@ -186,7 +186,7 @@ PREFIX = "imagebuild-test/coverage"
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Any]:
-    from imagebuild.engine import find_engine
+    from imagebuild.engine.docker import find_engine
     from imagebuild.errors import ConfigError
 
     try:
@@ -261,7 +261,7 @@ def image_with(engine: Any, tag: str, libs: dict[str, Path], manifest: dict[str,
 
 
 def result_for(target: str, image_id: str, tag: str) -> Any:
-    from imagebuild.build import TargetResult
+    from imagebuild.build.buildkit import TargetResult
 
     return TargetResult(target, True, image_id, [tag], 1.0, 0, 1, None, [], "build.log", "Dockerfile", [])
 
@@ -279,9 +279,9 @@ def component_manifest(kind: str, arches: list[str], components: dict[str, list[
 @pytest.mark.toolchain
 @needs_hip
 def test_a_deliberate_gfx_gap_fails_the_build_with_exit_3(engine: Any, tmp_path: Path) -> None:
-    from imagebuild.build import raise_on_failure
-    from imagebuild.coverage import add_coverage
+    from imagebuild.build.buildkit import raise_on_failure
     from imagebuild.errors import BuildFailed
+    from imagebuild.prove.coverage import add_coverage
 
     so = cdc.compile_hip(["gfx908", "gfx90a"], tmp_path / "hip.so")
     manifest = component_manifest(
@@ -309,7 +309,7 @@ def test_a_deliberate_gfx_gap_fails_the_build_with_exit_3(engine: Any, tmp_path:
 def test_the_sm_image_passes_and_carries_its_table_and_label(engine: Any, tmp_path: Path) -> None:
     import subprocess
 
-    from imagebuild.coverage import LABEL, add_coverage
+    from imagebuild.prove.coverage import LABEL, add_coverage
 
     ours = cdc.compile_cuda(["sm_80", "sm_90"], tmp_path / "ours.so")
     flash = cdc.compile_cuda(["sm_80"], tmp_path / "flash.so")
@@ -360,8 +360,8 @@ def test_an_image_without_python3_is_recorded_as_not_scanned_and_builds(engine: 
     image stays as BuildKit made it, and no coverage document is written."""
     import subprocess
 
-    from imagebuild.build import raise_on_failure
-    from imagebuild.coverage import NO_PYTHON, add_coverage
+    from imagebuild.build.buildkit import raise_on_failure
+    from imagebuild.prove.coverage import NO_PYTHON, add_coverage
 
     tag = f"{PREFIX}:no-python"
     env = {**os.environ, **engine.env}

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from imagebuild.registry import Registry, RegistryError, RepoRef
+from imagebuild.engine.registry import Registry, RegistryError, RepoRef
 
 
 @contextmanager

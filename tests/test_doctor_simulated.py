@@ -7,8 +7,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from imagebuild import doctor
 from imagebuild.cli import main
+from imagebuild.prove import doctor
 from imagecontract.driver import Identity
 from tests.test_preflight_simulated import rocm_host
 

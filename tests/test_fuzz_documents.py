@@ -17,10 +17,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from imagebuild import tunableop as top
 from imagebuild.errors import ConfigError
-from imagebuild.publish import find_passing_report, report_refusal
-from imagebuild.tunableop_shapes import parse_shapes
+from imagebuild.release.publish import find_passing_report, report_refusal
+from imagebuild.tunableop import results as top
+from imagebuild.tunableop.shapes import parse_shapes
 from imagecontract.models import KernelsReport, Manifest, ModelError, SmokeReport
 from smoke import baseline
 from smoke.manifest import ManifestError, load_json

@@ -9,7 +9,7 @@ import pytest
 from imagebuild.errors import ConfigError
 from imagebuild.matrix import load_matrix, load_text
 from imagebuild.matrix.oci import for_oci
-from imagebuild.plan import plan_for
+from imagebuild.plan.target_plan import plan_for
 
 ROOT = Path(__file__).resolve().parents[1]
 

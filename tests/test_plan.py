@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild import arches
-from imagebuild.build import GitInfo
-from imagebuild.matrix import load_matrix
-from imagebuild.plan import plan_for, resolve_plan
+from imagebuild.build.buildkit import GitInfo
+from imagebuild.matrix import arches, load_matrix
+from imagebuild.plan.target_plan import plan_for, resolve_plan
 
 REPO = Path(__file__).resolve().parents[1]
 TARGETS = ["rocm6.1-torch2.3", "cuda12.1-torch2.3", "local-cpu"]

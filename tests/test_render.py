@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild import render
 from imagebuild.matrix import json_schema, load_matrix
+from imagebuild.render import dockerfile as render
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild import attest
-from imagebuild.cosign import Signer, is_loopback, read_password
-from imagebuild.sbom import Inventory, render, validate
-from imagebuild.sbom_image import COLLECTOR, component_sources
+from imagebuild.engine.cosign import Signer, is_loopback, read_password
+from imagebuild.release import attest
+from imagebuild.release.sbom import Inventory, render, validate
+from imagebuild.release.sbom_image import COLLECTOR, component_sources
 
 REPO = Path(__file__).resolve().parents[1]
 ROCM = "rocm6.1-torch2.3"
@@ -164,7 +164,7 @@ def test_verify_usage_errors_exit_2(cli, tmp_path: Path) -> None:
 
 
 def test_dpkg_and_os_release_parsers() -> None:
-    from imagebuild.sbom_image import parse_dpkg, parse_os_release
+    from imagebuild.release.sbom_image import parse_dpkg, parse_os_release
 
     status = (
         "Package: libc6\nStatus: install ok installed\nVersion: 2.36-9\nArchitecture: amd64\n"

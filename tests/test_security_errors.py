@@ -88,19 +88,19 @@ def test_environment_variables_are_read_when_used_not_at_import(monkeypatch) -> 
     """`IMAGEBUILD_SMOKE_TIMEOUT=abc imagebuild smoke` was a traceback at import time."""
     monkeypatch.setenv("IMAGEBUILD_SMOKE_TIMEOUT", "abc")
     monkeypatch.setenv("IMAGEBUILD_PUBLISH_ATTEMPTS", "many")
-    import imagebuild.publish
-    import imagebuild.smoke
+    import imagebuild.prove.smoke
+    import imagebuild.release.publish
 
-    importlib.reload(imagebuild.smoke)
-    importlib.reload(imagebuild.publish)
+    importlib.reload(imagebuild.prove.smoke)
+    importlib.reload(imagebuild.release.publish)
     with pytest.raises(ConfigError, match="IMAGEBUILD_PUBLISH_ATTEMPTS"):
-        imagebuild.publish.attempts()
+        imagebuild.release.publish.attempts()
     monkeypatch.setenv("IMAGEBUILD_PUBLISH_ATTEMPTS", "")
-    assert imagebuild.publish.attempts() == 3
+    assert imagebuild.release.publish.attempts() == 3
 
 
 def test_source_date_epoch_is_checked(monkeypatch, tmp_path: Path) -> None:
-    from imagebuild.build import GitInfo
+    from imagebuild.build.buildkit import GitInfo
 
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
     with pytest.raises(ConfigError, match="SOURCE_DATE_EPOCH"):
@@ -148,7 +148,7 @@ def test_publish_report_folder_is_checked_before_anything_is_pushed(tmp_path: Pa
 def test_a_report_that_fails_after_the_push_does_not_mask_the_outcome(tmp_path: Path, monkeypatch, capsys) -> None:
     """Stand-in for a disk that fills between the check and the write: the publish still succeeds."""
     from imagebuild.commands.publish import _recorded
-    from imagebuild.publish import PublishResult
+    from imagebuild.release.publish import PublishResult
 
     result = PublishResult(image="x", image_id="sha256:" + "0" * 64, repository="127.0.0.1:5000/r")
 
@@ -188,7 +188,7 @@ class StandInClient:
 
 def test_a_container_that_fails_to_start_is_removed(tmp_path: Path) -> None:
     pytest.importorskip("docker")
-    from imagebuild.smoke import run_smoke
+    from imagebuild.prove.smoke import run_smoke
 
     client = StandInClient()
     image = type("StandInImage", (), {"id": "sha256:" + "1" * 64})()

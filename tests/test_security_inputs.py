@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from imagebuild.cli import main
+from imagebuild.engine.reference import parse_reference
+from imagebuild.engine.registry import Registry, RepoRef
 from imagebuild.errors import ConfigError
-from imagebuild.reference import parse_reference
-from imagebuild.registry import Registry, RepoRef
 
 BAD_REFS = ["UPPER/../x::y", "Repo", "x::y", "a/../b", "", " x", "x ", "-x", "x/", "/x", "x@sha256:12", "a;id"]
 BAD_REFS += ["x:" + "t" * 129, "a" * 256, "x\n", "$(id)", "x:-tag", "x@md5", "host:port/x", "a//b", "x\u0131"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from imagebuild.buildsecrets import collect_secrets, parse_secret_flag
+from imagebuild.build.secrets import collect_secrets, parse_secret_flag
 from imagebuild.cli import main
 from imagebuild.errors import ConfigError
 

@@ -24,9 +24,9 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from imagebuild import render
 from imagebuild.errors import ConfigError
 from imagebuild.matrix import Matrix, MatrixModel, Patch, _Positions, load_text, parse_text, validate
+from imagebuild.render import dockerfile as render
 
 REPO = Path(__file__).resolve().parents[1]
 MATRIX = REPO / "matrix.yaml"

@@ -16,9 +16,9 @@ from types import ModuleType
 
 import pytest
 
-from imagebuild import manifest as manifest_mod
 from imagebuild.errors import ConfigError
 from imagebuild.matrix import TgiRuntime, load_matrix, load_text
+from imagebuild.plan import manifest as manifest_mod
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_TARGETS = ["rocm6.1-torch2.3", "cuda12.1-torch2.3"]

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from imagebuild import tunableop as top
-from imagebuild import tunableop_shapes as ts
 from imagebuild.cli import main
 from imagebuild.errors import CheckFailed, ConfigError
+from imagebuild.tunableop import results as top
+from imagebuild.tunableop import shapes as ts
 
 DATA = Path(__file__).parent / "data" / "tunableop"
 SHARED_SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "tunableop_h200_torch2.11.csv"

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from imagebuild import tunableop as top
-from imagebuild import tunableop_shapes as ts
 from imagebuild.cli import main
+from imagebuild.tunableop import results as top
+from imagebuild.tunableop import shapes as ts
 
 pytestmark = pytest.mark.docker
 
@@ -210,8 +210,8 @@ def test_tuning_container_runs_the_mounted_script_and_reports_its_failure(
     engine: Any, torch_cpu_image: tuple[str, str], tmp_path: Path
 ) -> None:
     """The whole container path of `tune` short of a GPU: script mounted, shapes read, exit status surfaced."""
-    from imagebuild import tunableop_tune as tt
     from imagebuild.errors import BuildFailed
+    from imagebuild.tunableop import tune as tt
 
     gemms = ts.parse_shapes("out=64 in=32 tokens=1,2\n")
     with pytest.raises(BuildFailed, match=r"failed \(exit 2\): error: no GPU visible to torch"):

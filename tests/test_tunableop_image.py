@@ -11,8 +11,8 @@ from types import ModuleType
 
 import pytest
 
-from imagebuild import tunableop as top
-from imagebuild import tunableop_shapes as ts
+from imagebuild.tunableop import results as top
+from imagebuild.tunableop import shapes as ts
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "image" / "tunableop"

@@ -123,7 +123,7 @@ def run_job(name: str, job: dict[str, Any], workflow_env: dict[str, str], ctx: C
 @pytest.mark.docker
 @pytest.mark.registry
 def test_workflow_commands_run_in_order_on_local_cpu(tmp_path: Path) -> None:
-    from imagebuild.engine import find_engine
+    from imagebuild.engine.docker import find_engine
     from imagebuild.errors import ConfigError
 
     try:

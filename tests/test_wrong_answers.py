@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.arches import parse_target, requested_arches
 from imagebuild.errors import ConfigError
-from imagebuild.publish import find_passing_report, report_refusal
+from imagebuild.matrix.arches import parse_target, requested_arches
+from imagebuild.release.publish import find_passing_report, report_refusal
 from imagecontract.models import SmokeReport
 from smoke import baseline as baseline_mod
 from smoke.manifest import ManifestError

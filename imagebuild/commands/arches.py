@@ -7,7 +7,7 @@ import os
 import click
 
 from imagebuild.commands.common import echo_json, matrix_from
-from imagebuild.plan import resolve_plan
+from imagebuild.plan.target_plan import resolve_plan
 
 
 @click.command(name="arches")

@@ -11,21 +11,21 @@ from pathlib import Path
 
 import click
 
-from imagebuild.build import (
+from imagebuild.build.buildkit import (
     TargetResult,
     raise_on_failure,
     run_builds,
     write_report,
 )
-from imagebuild.build import (
+from imagebuild.build.buildkit import (
     command as build_argv,
 )
-from imagebuild.buildplan import PlanOptions, plan
-from imagebuild.buildsecrets import Secrets, check_secret_flags, collect_secrets
+from imagebuild.build.secrets import Secrets, check_secret_flags, collect_secrets
+from imagebuild.build.specs import PlanOptions, plan
 from imagebuild.commands.common import echo_plans, warn
-from imagebuild.coverage import add_coverage
-from imagebuild.engine import Engine, find_engine
-from imagebuild.sbom_image import add_sboms
+from imagebuild.engine.docker import Engine, find_engine
+from imagebuild.prove.coverage import add_coverage
+from imagebuild.release.sbom_image import add_sboms
 
 
 def _shell(argv: list[str], engine: Engine) -> str:

@@ -17,7 +17,7 @@ from imagebuild.errors import ConfigError
 from imagebuild.matrix import Matrix, load_matrix
 
 if TYPE_CHECKING:
-    from imagebuild.plan import TargetPlan
+    from imagebuild.plan.target_plan import TargetPlan
 
 
 def matrix_from(ctx: click.Context) -> Matrix:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import click
 
-from imagebuild.coverage import CoverageError, distributions_of, judge, scan_image
+from imagebuild.engine.reference import image_argument
 from imagebuild.errors import CheckFailed, ConfigError
-from imagebuild.reference import image_argument
+from imagebuild.prove.coverage import CoverageError, distributions_of, judge, scan_image
 from imagecontract.models.coverage import ArchCoverage
 
 MARK = {"present": "yes", "partial": "part", "compatible": "compat", "ptx": "ptx", "absent": "-"}
@@ -43,7 +43,7 @@ def render_table(doc: ArchCoverage) -> list[str]:
 def command(obj: dict[str, object], image: str, as_json: bool, arch: str | None) -> None:
     """Scan every library with device code in IMAGE (ours or not) and print library x arch."""
     from imagebuild.commands.smoke import target_names
-    from imagebuild.engine import docker_client, find_engine, resolve_image
+    from imagebuild.engine.docker import docker_client, find_engine, resolve_image
 
     matrix_path = Path(str(obj["matrix_path"]))
     root = matrix_path.resolve().parent if matrix_path.exists() else Path.cwd()

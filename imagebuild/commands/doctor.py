@@ -10,9 +10,9 @@ from pathlib import Path
 import click
 
 from imagebuild.commands.common import echo_json
-from imagebuild.doctor import as_dict, describe, gather
+from imagebuild.engine.reference import image_argument
 from imagebuild.errors import ConfigError
-from imagebuild.reference import image_argument
+from imagebuild.prove.doctor import as_dict, describe, gather
 
 MANIFEST = "/opt/imagebuild/manifest.json"
 
@@ -23,7 +23,7 @@ def image_arches(obj: dict[str, object], given: str) -> tuple[str, list[str], st
     from docker.errors import DockerException, NotFound
 
     from imagebuild.commands.smoke import target_names
-    from imagebuild.engine import docker_client, resolve_image
+    from imagebuild.engine.docker import docker_client, resolve_image
 
     matrix_path = Path(str(obj["matrix_path"]))
     root = matrix_path.resolve().parent if matrix_path.exists() else Path.cwd()

@@ -8,7 +8,7 @@ import click
 
 from imagebuild.commands.common import echo_json, matrix_from
 from imagebuild.matrix import Matrix, Target, json_schema
-from imagebuild.plan import plan_for
+from imagebuild.plan.target_plan import plan_for
 
 
 def target_summary(matrix: Matrix, target: Target) -> dict[str, object]:

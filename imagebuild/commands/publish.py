@@ -9,10 +9,12 @@ from pathlib import Path
 import click
 
 from imagebuild.commands import publish_index as index
-from imagebuild.commands import publish_signing as signing
 from imagebuild.commands.common import check_writable, one_line, warn
+from imagebuild.engine.reference import image_or_dash_argument
+from imagebuild.engine.registry import Registry, RepoRef
 from imagebuild.errors import ConfigError, ImagebuildError, PublishFailed
-from imagebuild.publish import (
+from imagebuild.release import signing_options as signing
+from imagebuild.release.publish import (
     PublishResult,
     find_passing_report,
     promote,
@@ -20,8 +22,6 @@ from imagebuild.publish import (
     publish_image,
     staged_ref,
 )
-from imagebuild.reference import image_or_dash_argument
-from imagebuild.registry import Registry, RepoRef
 
 
 def _repo(text: str) -> RepoRef:
@@ -120,7 +120,7 @@ def command(
         if not index.promote_index(*given, _recorded, _log, staged_here=bool(index_of)):  # an index: children gated
             _promote(image, dest, tags, reports, allow_unsmoked, out_path, root)
         return
-    from imagebuild.engine import docker_client, resolve_image
+    from imagebuild.engine.docker import docker_client, resolve_image
 
     client = docker_client()
     listed = index.chosen_platforms(matrix_path, image, platforms)
@@ -150,7 +150,7 @@ def _promote(
     root: Path,
 ) -> None:
     """Gate on the staged image's config digest (its image ID), sign it in dest, then copy it to dest's public tags."""
-    from imagebuild.publish import with_retries
+    from imagebuild.release.publish import with_retries
 
     name, sep, reference = source.partition("@")
     if not sep:

@@ -11,12 +11,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from imagebuild.commands import publish_signing as signing
 from imagebuild.commands.common import warn
+from imagebuild.engine.registry import Registry, RepoRef
 from imagebuild.errors import ConfigError, PublishFailed
 from imagebuild.matrix.oci import slug
-from imagebuild.publish import PublishResult, find_passing_report, promote, public_tags, with_retries
-from imagebuild.publish_index import (
+from imagebuild.release import signing_options as signing
+from imagebuild.release.index import (
     PlatformImage,
     gate,
     index_children,
@@ -24,7 +24,7 @@ from imagebuild.publish_index import (
     push_children,
     write_indexes,
 )
-from imagebuild.registry import Registry, RepoRef
+from imagebuild.release.publish import PublishResult, find_passing_report, promote, public_tags, with_retries
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -70,7 +70,7 @@ def publish_target_index(
     log: Callable[[str], None],
 ) -> None:
     """Gate every platform on its own smoke, push and verify each, then one verified index per tag (signed)."""
-    from imagebuild.engine import resolve_image
+    from imagebuild.engine.docker import resolve_image
 
     images = []
     for platform in platforms:
@@ -166,7 +166,7 @@ def promote_index(
 
 def stage_index(refs: tuple[str, ...], log: Callable[[str], None]) -> str:
     """CI: the staged per-platform digests (HOST/REPO@sha256:..., one repository) as one staging index; its ref."""
-    from imagebuild.ociindex import Child, assemble
+    from imagebuild.release.ociindex import Child, assemble
 
     repos = {r.partition("@")[0] for r in refs}
     if len(repos) != 1 or not all("@sha256:" in r for r in refs):

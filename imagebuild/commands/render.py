@@ -11,11 +11,11 @@ from pathlib import Path
 
 import click
 
-from imagebuild import render
 from imagebuild.commands.common import echo_plans, matrix_from, warn, write_all
 from imagebuild.errors import ConfigError
 from imagebuild.matrix import Matrix, Target
-from imagebuild.plan import TargetPlan, oci_platforms, on_oci, plan_for
+from imagebuild.plan.target_plan import TargetPlan, oci_platforms, on_oci, plan_for
+from imagebuild.render import dockerfile as render
 
 
 @click.command(name="render")

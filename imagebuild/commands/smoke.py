@@ -12,10 +12,10 @@ from pathlib import Path
 
 import click
 
-from imagebuild.engine import GPU_KINDS, docker_client, resolve_image
+from imagebuild.engine.docker import GPU_KINDS, docker_client, resolve_image
+from imagebuild.engine.reference import image_argument
 from imagebuild.errors import ConfigError, ImagebuildError
-from imagebuild.reference import image_argument
-from imagebuild.smoke import judge, run_smoke
+from imagebuild.prove.smoke import judge, run_smoke
 
 HOST_PLATFORMS = {"x86_64": "linux/amd64", "amd64": "linux/amd64", "aarch64": "linux/arm64", "arm64": "linux/arm64"}
 
@@ -38,7 +38,7 @@ def host_platform() -> str:
 def _runs(image: str, matrix_path: Path, root: Path, wanted: tuple[str, ...]) -> list[tuple[str, str | None, Path]]:
     """(local name, OCI platform or None, default report folder) for each image to smoke."""
     from imagebuild.commands.publish_index import chosen_platforms, target_platforms
-    from imagebuild.publish_index import local_name, smoke_dir
+    from imagebuild.release.index import local_name, smoke_dir
 
     chosen = chosen_platforms(matrix_path, image, wanted)
     if not chosen:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from imagebuild import tunableop as top
-from imagebuild import tunableop_shapes
 from imagebuild.errors import CheckFailed, ConfigError
+from imagebuild.tunableop import results as top
+from imagebuild.tunableop import shapes as tunableop_shapes
 from imagecontract.atomic import write_atomic
 
 _FILE = click.Path(path_type=Path, dir_okay=False)
@@ -69,8 +69,8 @@ def check_cmd(file: Path, image: str | None, expect: tuple[str, ...], gpu: str, 
     results = top.load(file)
     given = top.parse_expectations(expect)
     if image:
-        from imagebuild import tunableop_tune as tt
-        from imagebuild.engine import docker_client
+        from imagebuild.engine.docker import docker_client
+        from imagebuild.tunableop import tune as tt
 
         expected = tt.expect_with_overrides(tt.image_validators(docker_client(), image, gpu), given)
     else:  # only the keys the user names are judged
@@ -127,8 +127,8 @@ def tune_cmd(
     max_tuning_iterations: int,
 ) -> None:
     """Tune the listed GEMMs inside IMAGE on this host's GPU (needs a GPU host)."""
-    from imagebuild import tunableop_tune as tt
-    from imagebuild.engine import docker_client
+    from imagebuild.engine.docker import docker_client
+    from imagebuild.tunableop import tune as tt
 
     try:
         text = shapes.read_bytes().decode("utf-8")
@@ -162,8 +162,8 @@ def tune_cmd(
 @click.option("--gpu", type=click.Choice(["auto", "rocm", "cuda", "none"]), default="auto", show_default=True)
 def bake_cmd(image: str, file: Path, tag: str, expect: tuple[str, ...], gpu: str) -> None:
     """Build TAG from IMAGE with FILE under /opt/imagebuild/tunableop/, its validators checked first."""
-    from imagebuild import tunableop_tune as tt
-    from imagebuild.engine import docker_client
+    from imagebuild.engine.docker import docker_client
+    from imagebuild.tunableop import tune as tt
 
     c = docker_client()
     results = top.load(file)

@@ -11,9 +11,9 @@ from pathlib import Path
 import click
 
 from imagebuild.commands.common import echo_json
-from imagebuild.cosign import Verifier
+from imagebuild.engine.cosign import Verifier
+from imagebuild.engine.reference import image_argument
 from imagebuild.errors import CheckFailed, ConfigError
-from imagebuild.reference import image_argument
 
 
 def verifier_from(key: Path | None, identity: str | None, issuer: str | None) -> Verifier:
@@ -37,7 +37,7 @@ def verifier_from(key: Path | None, identity: str | None, issuer: str | None) ->
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
 def command(image_ref: str, key: Path | None, identity: str | None, issuer: str | None, as_json: bool) -> None:
     """Verify HOST/REPO[:TAG|@DIGEST]: signed, SBOM and provenance bound to its digest, smoke passed per arch."""
-    from imagebuild.verify import verify_image
+    from imagebuild.release.verify import verify_image
 
     verifier = verifier_from(key, identity, issuer)
     result = verify_image(image_ref, verifier)

@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, WithJsonSchema
 
-from imagebuild import arches
 from imagebuild.errors import ConfigError
+from imagebuild.matrix import arches
 
 # Characters allowed in free text (descriptions, why, server argv, ENV values): no newline, quote, backslash,
 # `$`, backtick, `;`, `|`, `&`, `<` or `>`, so no value can end a Dockerfile line or a quoted string. Free text

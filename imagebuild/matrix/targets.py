@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagebuild import arches
 from imagebuild.errors import ConfigError
+from imagebuild.matrix import arches
 from imagebuild.matrix.fields import ArchForm, excerpt
 from imagebuild.matrix.loader import KeyPath, _located_error, _Positions, format_path
 from imagebuild.matrix.models import Combo, Component, MatrixModel, Platform, Torch, TorchBuild, TunableOp

@@ -25,7 +25,7 @@ from e2e_helpers import DOCKER, REGISTRY, Run, _unavailable, imagebuild
 
 @pytest.fixture(scope="session")
 def engine() -> str:
-    from imagebuild.engine import find_engine
+    from imagebuild.engine.docker import find_engine
     from imagebuild.errors import ConfigError
 
     try:

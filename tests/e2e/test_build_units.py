@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.bake import bake_file
-from imagebuild.build import BuildSpec, GitInfo, LogSummary, command
-from imagebuild.buildplan import PlanOptions, plan, select_targets
-from imagebuild.buildsecrets import collect_secrets
-from imagebuild.engine import Engine
+from imagebuild.build.bake import bake_file
+from imagebuild.build.buildkit import BuildSpec, GitInfo, LogSummary, command
+from imagebuild.build.secrets import collect_secrets
+from imagebuild.build.specs import PlanOptions, plan, select_targets
+from imagebuild.engine.docker import Engine
+from imagebuild.engine.registry import RepoRef
 from imagebuild.errors import ConfigError
 from imagebuild.matrix import load_matrix
-from imagebuild.plan import plan_for
-from imagebuild.publish import find_passing_report
-from imagebuild.registry import RepoRef
+from imagebuild.plan.target_plan import plan_for
+from imagebuild.release.publish import find_passing_report
 
 REPO = Path(__file__).resolve().parents[2]
 NATIVE = Engine("/usr/bin/docker", "buildkit", "20.10.24", "20.10.24", {"DOCKER_BUILDKIT": "1"})
@@ -154,7 +154,7 @@ def test_publish_gate_needs_a_passing_report_for_that_exact_id(tmp_path: Path) -
 
 
 def test_device_flags_per_gpu_kind() -> None:
-    from imagebuild.engine import device_options
+    from imagebuild.engine.docker import device_options
 
     rocm = device_options("rocm")
     assert rocm["devices"] == ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]

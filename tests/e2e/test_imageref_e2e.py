@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild import engine as engine_mod
-from imagebuild import imageref
-from imagebuild.build import TargetResult, image_ref
-from imagebuild.imageref import ImageRef, from_report, read_record, write_record
-from imagebuild.publish import PublishResult
+from imagebuild.build.buildkit import TargetResult, image_ref
+from imagebuild.engine import docker as engine_mod
+from imagebuild.plan import imageref
+from imagebuild.plan.imageref import ImageRef, from_report, read_record, write_record
+from imagebuild.release.publish import PublishResult
 
 
 def _image(client, label: str):  # noqa: ANN001, ANN202 - docker SDK objects

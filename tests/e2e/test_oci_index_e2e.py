@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from e2e_helpers import DOCKER
 
-from imagebuild.ociindex import Child, IndexMismatch, assemble, read_index, verify_index
-from imagebuild.registry import Registry, RepoRef
+from imagebuild.engine.registry import Registry, RepoRef
+from imagebuild.release.ociindex import Child, IndexMismatch, assemble, read_index, verify_index
 
 BASES = {"linux/amd64": "local/debian:bookworm", "linux/arm64": "127.0.0.1:5000/imagebuild-base/debian:bookworm-arm64"}
 

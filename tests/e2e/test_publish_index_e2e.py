@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from e2e_helpers import _unavailable, imagebuild, unique
 
-from imagebuild.ociindex import read_index
-from imagebuild.registry import Registry, RepoRef
+from imagebuild.engine.registry import Registry, RepoRef
+from imagebuild.release.ociindex import read_index
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
 

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from e2e_helpers import _unavailable, docker, imagebuild, unique
 
-from imagebuild.cosign import read_password
-from imagebuild.registry import Registry, RepoRef
-from imagebuild.sbom import IMAGE_PATH, validate
+from imagebuild.engine.cosign import read_password
+from imagebuild.engine.registry import Registry, RepoRef
+from imagebuild.release.sbom import IMAGE_PATH, validate
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
 

@@ -12,13 +12,13 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from imagebuild import attest
-from imagebuild.cosign import CosignError, Verifier, verified_statements, verify_signature
+from imagebuild.engine.cosign import CosignError, Verifier, verified_statements, verify_signature
+from imagebuild.engine.registry import Registry, RegistryError, RepoRef
 from imagebuild.errors import ConfigError
-from imagebuild.publish import report_refusal
-from imagebuild.publish_index import index_children
-from imagebuild.registry import Registry, RegistryError, RepoRef
-from imagebuild.sbom import validate
+from imagebuild.release import attest
+from imagebuild.release.index import index_children
+from imagebuild.release.publish import report_refusal
+from imagebuild.release.sbom import validate
 from imagecontract.models import SmokeReport
 
 

@@ -15,16 +15,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from imagebuild.errors import ConfigError
-from imagebuild.imageref import LOCAL_REPO
-from imagebuild.manifest import manifest as build_manifest
 from imagebuild.matrix import TgiRuntime
 from imagebuild.matrix.oci import BASELINE, for_oci, slug
+from imagebuild.plan.imageref import LOCAL_REPO
+from imagebuild.plan.manifest import manifest as build_manifest
 from imagecontract.models import Manifest, ModelError
 
 if TYPE_CHECKING:
-    from imagebuild.arches import Resolution
-    from imagebuild.build import GitInfo
+    from imagebuild.build.buildkit import GitInfo
     from imagebuild.matrix import Matrix, Target
+    from imagebuild.matrix.arches import Resolution
 
 COMMITTED_DIR = "dockerfiles"
 RENDER_DIR = "build/render"

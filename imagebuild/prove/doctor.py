@@ -5,7 +5,7 @@ The facts come from imagecontract.driver, the same reader the in-image preflight
 container judge a GPU by one rule (imagecontract.preflight.covers). Group IDs are printed as numbers: the
 `video`/`render` names inside an image rarely map to the host's IDs, and `--group-add NAME` resolves names in
 the image. Stdlib only (the command layer adds click and the engine), so it also runs where imagebuild's
-dependencies are not installed: `python3 -m imagebuild.doctor [--json] [--arch LIST]`.
+dependencies are not installed: `python3 -m imagebuild.prove.doctor [--json] [--arch LIST]`.
 """
 
 from __future__ import annotations

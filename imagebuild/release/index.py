@@ -14,17 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from imagebuild.engine.registry import Registry, RepoRef
 from imagebuild.errors import PublishFailed
 from imagebuild.matrix.oci import slug
-from imagebuild.ociindex import Child, assemble, read_index, verify_index
-from imagebuild.publish import PublishResult, find_passing_report, publish_image, with_retries
-from imagebuild.registry import Registry, RepoRef
+from imagebuild.release.ociindex import Child, assemble, read_index, verify_index
+from imagebuild.release.publish import PublishResult, find_passing_report, publish_image, with_retries
 
 if TYPE_CHECKING:
     import docker
     from docker.models.images import Image
 
-    from imagebuild.imageref import ImageRef
+    from imagebuild.plan.imageref import ImageRef
 
 
 @dataclass

@@ -103,6 +103,7 @@ class Registry:
         password = os.environ.get("IMAGEBUILD_REGISTRY_PASSWORD")
         self.basic = (user, password) if user and password else _docker_config_auth(host_ref.host)
         self.tokens: dict[str, str] = {}
+        self.limit: float | None = None  # seconds per request instead of deadline() (lock --check-remote)
 
     def _request(self, method: str, path: str, scope: str, **kwargs: object) -> requests.Response:
         url = self.ref.base_url + path
@@ -124,7 +125,7 @@ class Registry:
         requests' timeout bounds each read, so a registry that trickles a byte at a time would hold a publish
         forever; the request runs on a daemon thread that is abandoned (and its session closed) at the deadline.
         """
-        limit = deadline()
+        limit = self.limit or deadline()
         outcome: dict[str, object] = {}
 
         def work() -> None:

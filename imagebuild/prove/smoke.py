@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from imagebuild.engine import detect_gpu, device_options
+from imagebuild.engine.docker import detect_gpu, device_options
 from imagebuild.envvars import env_int
 from imagebuild.errors import ConfigError, SmokeFailed
 from imagecontract.atomic import write_atomic
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import docker
     from docker.models.images import Image
 
-    from imagebuild.imageref import ImageRef
+    from imagebuild.plan.imageref import ImageRef
 
 IMAGE_ROOT = "/opt/imagebuild"
 TIMEOUT_ENV, TIMEOUT_DEFAULT_S = "IMAGEBUILD_SMOKE_TIMEOUT", 1800  # read when a run starts (a bad value: exit 2)

@@ -1,4 +1,4 @@
-"""Turn matrix targets into BuildSpecs, each read off the target's TargetPlan (imagebuild/plan.py).
+"""Turn matrix targets into BuildSpecs, each read off the target's TargetPlan (imagebuild/plan/target_plan.py).
 
 Kept apart from build.py (which only runs builds) so that `build --dry-run` and `bake` share one plan.
 """
@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from imagebuild.build import BuildSpec, GitInfo
+from imagebuild.build.buildkit import BuildSpec, GitInfo
 from imagebuild.errors import ConfigError
-from imagebuild.plan import oci_platforms, resolve_plan
+from imagebuild.plan.target_plan import oci_platforms, resolve_plan
 
 if TYPE_CHECKING:
     from imagebuild.matrix import Matrix, Target
@@ -39,7 +39,7 @@ def select_targets(matrix: Matrix, names: Sequence[str], arch: str | None) -> li
         return matrix.select(list(names))
     if not arch:
         return list(matrix.targets)
-    from imagebuild.arches import parse_list
+    from imagebuild.matrix.arches import parse_list
 
     wanted = {t.processor for t in parse_list(arch)}
     chosen = [t for t in matrix.targets if wanted & {parse_list(a)[0].processor for a in t.platform.arches}]
@@ -70,7 +70,7 @@ def plan_target(
 ) -> BuildSpec:
     """One target's BuildSpec on one OCI platform, read off its TargetPlan; a non-default plan is rendered into
     build/render/. The spec's name is the target's, `-<os>-<arch>` added past its first OCI platform."""
-    from imagebuild.render import render_plan
+    from imagebuild.render.dockerfile import render_plan
 
     target_plan = resolve_plan(matrix, target, options.arch, env, options.allow_experimental, oci=oci)
     target = target_plan.target

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from imagebuild import engine, tunableop_shapes
-from imagebuild import tunableop as top
+from imagebuild.engine import docker as engine
 from imagebuild.errors import BuildFailed, CheckFailed, ConfigError
+from imagebuild.tunableop import results as top
+from imagebuild.tunableop import shapes as tunableop_shapes
 from imagecontract.atomic import write_atomic
 from imagecontract.models import Manifest, ModelError
 
@@ -24,8 +25,8 @@ if TYPE_CHECKING:
 
 BAKED_DIR = "/opt/imagebuild/tunableop"
 MANIFEST_PATH = "/opt/imagebuild/manifest.json"
-SCRIPTS_DIR = Path(__file__).resolve().parents[1] / "image" / "tunableop"
-CONTRACT_DIR = Path(__file__).resolve().parents[1] / "imagecontract"  # tune_gemms.py imports it
+SCRIPTS_DIR = Path(__file__).resolve().parents[2] / "image" / "tunableop"
+CONTRACT_DIR = Path(__file__).resolve().parents[2] / "imagecontract"  # tune_gemms.py imports it
 ROCM_KEYS = ("ROCM_VERSION", "HIP_VERSION", "HIPBLASLT_VERSION", "ROCBLAS_VERSION", "GCN_ARCH_NAME")
 
 # Runs inside the image: what torch is there and, with a GPU, the validators it registers.

@@ -15,10 +15,10 @@ from typing import Any
 
 import jinja2
 
-from imagebuild.arches import Resolution
 from imagebuild.errors import CheckFailed, ConfigError
 from imagebuild.matrix import Matrix, Target, TgiRuntime
-from imagebuild.plan import COMMITTED_DIR, TargetPlan, image_ref, plan_for
+from imagebuild.matrix.arches import Resolution
+from imagebuild.plan.target_plan import COMMITTED_DIR, TargetPlan, image_ref, plan_for
 from imagecontract.atomic import write_atomic
 
 RENDERED_FILES = ("Dockerfile", "manifest.json")

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from imagebuild.build import TargetResult
-    from imagebuild.engine import Engine
-    from imagebuild.sbom import Inventory
+    from imagebuild.build.buildkit import TargetResult
+    from imagebuild.engine.docker import Engine
+    from imagebuild.release.sbom import Inventory
 
 
 def parse_dpkg(text: str) -> list[dict[str, str]]:  # also runs in the image's python3 (3.9 or newer)
@@ -155,7 +155,7 @@ def _copy_out(engine: Engine, cid: str, path: str) -> str | None:
 def collect(engine: Engine, image: str, component_sources: dict[str, dict[str, Any]]) -> Inventory:
     """Run the collector in the image (`--network none`, its own python3) and parse what it printed;
     an image without python3 gets its files read from outside."""
-    from imagebuild.sbom import Inventory
+    from imagebuild.release.sbom import Inventory
 
     inspect_out = json.loads(_docker(engine, "image", "inspect", image))[0]
     try:
@@ -190,7 +190,7 @@ def platform_args(engine: Engine, image: str) -> list[str]:
 
 def add_layer(engine: Engine, image: str, tags: list[str], sbom_text: str) -> str:
     """Build `FROM image` + the SBOM file under the same tags; returns the new image ID."""
-    from imagebuild.sbom import IMAGE_PATH
+    from imagebuild.release.sbom import IMAGE_PATH
 
     with tempfile.TemporaryDirectory(prefix="imagebuild-sbom-") as tmp:
         ctx = Path(tmp)
@@ -250,7 +250,7 @@ def add_sboms(engine: Engine, results: list[TargetResult], matrix_path: Path, re
             if cached:
                 result.image_id = cached
                 continue
-            from imagebuild.sbom import render
+            from imagebuild.release.sbom import render
 
             sources = component_sources(matrix_path) if sources is None else sources
             text = render(collect(engine, result.tags[0], sources))

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from imagebuild.errors import ConfigError
-from imagebuild.imageref import ImageRef, local_tag, read_record
+from imagebuild.plan.imageref import ImageRef, local_tag, read_record
 
 if TYPE_CHECKING:
     import docker

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from imagebuild import attest
-from imagebuild.cosign import CosignError, Signer, Verifier, read_password, sign
-from imagebuild.cosign import attest as cosign_attest
+from imagebuild.engine.cosign import CosignError, Signer, Verifier, read_password, sign
+from imagebuild.engine.cosign import attest as cosign_attest
+from imagebuild.engine.registry import Registry, RegistryError, RepoRef
 from imagebuild.errors import ConfigError, PublishFailed
-from imagebuild.publish import find_passing_report
-from imagebuild.registry import Registry, RegistryError, RepoRef
-from imagebuild.sbom import IMAGE_PATH as SBOM_PATH
-from imagebuild.sbom import validate
+from imagebuild.release import attest
+from imagebuild.release.publish import find_passing_report
+from imagebuild.release.sbom import IMAGE_PATH as SBOM_PATH
+from imagebuild.release.sbom import validate
 from imagecontract.atomic import write_atomic
 from imagecontract.models import SmokeReport
 
@@ -116,7 +116,7 @@ def sign_published(
     log: Callable[[str], None],
 ) -> list[str]:
     """Sign repo@digest; attest the image's SBOM, its provenance and each passing smoke report."""
-    from imagebuild.sbom_image import component_sources
+    from imagebuild.release.sbom_image import component_sources
 
     sbom = read_image_file(client, image_id, SBOM_PATH)
     if sbom is None:
@@ -179,7 +179,7 @@ def sign_promoted(
 
 def require_signed(ref: str, verifier: Verifier) -> None:
     """The promotion gate: the staged digest must verify (signature, SBOM and provenance bound to it)."""
-    from imagebuild.verify import verify_image
+    from imagebuild.release.verify import verify_image
 
     result = verify_image(ref, verifier, need_smoke=False)
     if not result.ok:

@@ -20,15 +20,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from imagebuild.buildsecrets import Secrets
-from imagebuild.engine import Engine
+from imagebuild.build.secrets import Secrets
+from imagebuild.engine.docker import Engine
 from imagebuild.envvars import env_int
 from imagebuild.errors import BuildFailed, ConfigError
-from imagebuild.imageref import ImageRef, write_record
+from imagebuild.plan.imageref import ImageRef, write_record
 from imagecontract.atomic import write_atomic
 
 if TYPE_CHECKING:
-    from imagebuild.plan import TargetPlan
+    from imagebuild.plan.target_plan import TargetPlan
 
 LOG_TAIL_LINES = 40
 

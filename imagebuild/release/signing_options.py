@@ -20,10 +20,10 @@ from imagecontract.atomic import write_atomic
 if TYPE_CHECKING:
     import docker
 
-    from imagebuild.publish import PublishResult
+    from imagebuild.release.publish import PublishResult
 
 F = TypeVar("F", bound=Callable[..., Any])
-META = "imagebuild.signing"
+META = "imagebuild.release.signing"
 
 
 def _store(ctx: click.Context, param: click.Parameter, value: object) -> object:
@@ -65,7 +65,7 @@ def _opts() -> dict[str, Any]:
 
 
 def _signer() -> Any:
-    from imagebuild.signing import signer_from
+    from imagebuild.release.signing import signer_from
 
     opts = _opts()
     return signer_from(opts.get("sign_key"), opts.get("key_password_file"), bool(opts.get("keyless")))
@@ -92,8 +92,8 @@ def _record(out_path: Path, result: PublishResult, signer: Any, attached: list[s
 
 def sign_publish(client: docker.DockerClient, result: PublishResult, reports: list[Path], out_path: Path) -> None:
     """Sign the verified staged digest and attach SBOM, provenance and smoke attestations (when a signer was given)."""
-    from imagebuild.registry import RepoRef
-    from imagebuild.signing import sign_published
+    from imagebuild.engine.registry import RepoRef
+    from imagebuild.release.signing import sign_published
 
     signer = _opts().get("signer")
     if signer is None or not result.digest:
@@ -110,8 +110,8 @@ def sign_publish(client: docker.DockerClient, result: PublishResult, reports: li
 
 def sign_index_digest(result: PublishResult, out_path: Path) -> None:
     """Sign the staged index digest (its children carry their own attestations: sign_publish / sign_promote)."""
-    from imagebuild.registry import RepoRef
-    from imagebuild.signing import sign_index
+    from imagebuild.engine.registry import RepoRef
+    from imagebuild.release.signing import sign_index
 
     signer = _opts().get("signer")
     if signer is None or not result.digest:
@@ -123,7 +123,7 @@ def sign_index_digest(result: PublishResult, out_path: Path) -> None:
 def before_promote(source: str) -> None:
     """--require-signed: the staged digest must carry a verified signature, SBOM and provenance."""
     from imagebuild.commands.verify import verifier_from
-    from imagebuild.signing import require_signed
+    from imagebuild.release.signing import require_signed
 
     opts = _opts()
     if not opts.get("require_signed"):
@@ -137,8 +137,8 @@ def before_promote(source: str) -> None:
 def sign_promote(source: str, result: PublishResult, reports: list[Path], out_path: Path) -> None:
     """Copy the staged attestations, sign the digest in the destination (copied there by digest, no tag yet),
     attest the smoke reports."""
-    from imagebuild.registry import RepoRef
-    from imagebuild.signing import sign_promoted
+    from imagebuild.engine.registry import RepoRef
+    from imagebuild.release.signing import sign_promoted
 
     signer = _opts().get("signer")
     if signer is None or not result.digest:

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from imagebuild.engine.registry import Registry, RegistryError, RepoRef
 from imagebuild.envvars import env_int
 from imagebuild.errors import ConfigError, PublishFailed
-from imagebuild.imageref import LOCAL_REPO, ImageRef
-from imagebuild.registry import Registry, RegistryError, RepoRef
+from imagebuild.plan.imageref import LOCAL_REPO, ImageRef
 from imagecontract.atomic import write_atomic
 from imagecontract.models import ModelError, SmokeReport
 

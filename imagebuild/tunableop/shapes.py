@@ -10,7 +10,7 @@ import json
 from collections.abc import Iterable, Mapping
 
 from imagebuild.matrix.fields import excerpt
-from imagebuild.tunableop import MalformedFile
+from imagebuild.tunableop.results import MalformedFile
 
 _DTYPES = {
     "half": "float16",

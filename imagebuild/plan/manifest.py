@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from imagebuild.arches import Resolution
 from imagebuild.matrix import Source, Target, TgiRuntime
+from imagebuild.matrix.arches import Resolution
 
 MANIFEST_SCHEMA_VERSION = 1
 

@@ -34,8 +34,8 @@ from imagecontract.models.coverage import COVERAGE_SCHEMA_VERSION, ArchCoverage,
 from imagecontract.targets import loads_on
 
 if TYPE_CHECKING:
-    from imagebuild.build import TargetResult
-    from imagebuild.engine import Engine
+    from imagebuild.build.buildkit import TargetResult
+    from imagebuild.engine.docker import Engine
 
 IMAGE_PATH = "/opt/imagebuild/arch-coverage.json"
 LABEL = "io.imagebuild.arch-coverage"
@@ -200,7 +200,7 @@ def add_layer(engine: Engine, image: str, tags: list[str], doc: ArchCoverage) ->
             f"FROM {image}\nCOPY arch-coverage.json {IMAGE_PATH}\nLABEL {LABEL}={label}\n", encoding="utf-8"
         )
         tag_args = [arg for tag in tags for arg in ("-t", tag)]
-        from imagebuild.sbom_image import platform_args
+        from imagebuild.release.sbom_image import platform_args
 
         plat = platform_args(engine, image)
         _docker(engine, *engine.build_prefix()[1:], "-q", *plat, "--iidfile", str(ctx / "iid"), *tag_args, str(ctx))
