@@ -11,18 +11,29 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import stat
 import struct
 import subprocess
 import threading
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
 
 from imagecontract.amdgpu_elf import amdgpu_target
-from imagecontract.blob import CHUNK, MAX_ENTRIES, MAX_ID_LEN, MAX_READ, MAX_UNCOMPRESSED, MAX_WALKED
+from imagecontract.blob import (
+    CHUNK,
+    HEADER_GUESS,
+    MAX_BUNDLES,
+    MAX_ENTRIES,
+    MAX_ID_LEN,
+    MAX_INFLATED,
+    MAX_READ,
+    MAX_UNCOMPRESSED,
+    MAX_WALKED,
+    BeyondDecompressed,
+    open_regular,
+)
 from imagecontract.blob import Blob as Blob
+from imagecontract.blob import UnreadableFile as UnreadableFile
 from imagecontract.blob import VerifyError as VerifyError
 
 BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
@@ -176,8 +187,9 @@ def _unzstd_prefix(blob: Blob, start: int, end: int, want: int) -> bytes:
     return bytes(out)
 
 
-def _ccob_bundle(blob: Blob, pos: int) -> tuple[Blob, int]:
-    """The plain bundle inside the compressed one at pos (its header decompressed only), and its length."""
+def _ccob_bundle(blob: Blob, pos: int, want: int = MAX_READ) -> tuple[Blob, int]:
+    """The plain bundle inside the compressed one at pos (its first `want` bytes decompressed), and its
+    length."""
     version, method = blob.unpack("<HH", pos + 4, "compressed bundle header")
     if version not in _CCOB_LAYOUT:
         raise VerifyError(f"compressed offload bundle version {version} is not supported")
@@ -197,7 +209,7 @@ def _ccob_bundle(blob: Blob, pos: int) -> tuple[Blob, int]:
             f"compressed offload bundle at offset {pos} declares {plain_size} bytes uncompressed, "
             f"more than the {MAX_UNCOMPRESSED} allowed"
         )
-    prefix = _inflate_prefix(blob, pos + header, pos + total, method, min(plain_size, MAX_READ))
+    prefix = _inflate_prefix(blob, pos + header, pos + total, method, min(plain_size, want))
     if not prefix.startswith(BUNDLE_MAGIC):
         raise VerifyError(f"compressed offload bundle at offset {pos} does not hold an offload bundle")
     return Blob(prefix, plain_size, available=len(prefix)), total
@@ -226,15 +238,27 @@ def hip_bundle_ids(data: bytes | Blob) -> list[str]:
     """All entry IDs of the bundles laid one after another in a `.hip_fatbin` section (one per TU)."""
     blob = data if isinstance(data, Blob) else Blob(data, len(data))
     ids: dict[str, None] = {}  # distinct IDs, in order: a library repeats each per source file
-    walked = 0
+    walked = compressed = inflated = 0
     pos = 0
     while pos < blob.size:
         pos = blob.find((BUNDLE_MAGIC, CCOB_MAGIC), pos)
         if pos < 0:
             break
         if blob.read(pos, len(CCOB_MAGIC), "magic") == CCOB_MAGIC:
-            plain, used = _ccob_bundle(blob, pos)
-            entries = _parse_bundle(plain, 0)[0]
+            # Decompression is the one cost not bounded by the file's size: at most HEADER_GUESS bytes per
+            # bundle first (a real header is a few hundred), MAX_BUNDLES bundles and MAX_INFLATED bytes in all.
+            compressed += 1
+            plain, used = _ccob_bundle(blob, pos, HEADER_GUESS)
+            try:
+                entries = _parse_bundle(plain, 0)[0]
+            except BeyondDecompressed:
+                plain, used = _ccob_bundle(blob, pos, MAX_READ)
+                entries = _parse_bundle(plain, 0)[0]
+            inflated += plain.available
+            if compressed > MAX_BUNDLES or inflated > MAX_INFLATED:
+                raise VerifyError(
+                    f"more than {MAX_BUNDLES} compressed offload bundles or {MAX_INFLATED} bytes decompressed"
+                )
             pos += used
         else:
             entries, pos = _parse_bundle(blob, pos)
@@ -296,22 +320,12 @@ def cuda_fatbin_entries(data: bytes | Blob) -> list[tuple[int, str]]:
 # --- listing ------------------------------------------------------------------------------
 
 
-def _open_regular(p: Path) -> BinaryIO:
-    """Open for reading without blocking (a FIFO would), and refuse what is not a regular file (/dev/zero)."""
-    try:
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        raise VerifyError(f"cannot read {p}: {exc.strerror or exc}") from exc
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise VerifyError(f"{p} is not a regular file")
-    return os.fdopen(fd, "rb")
-
-
-def list_code_objects(path: str | Path) -> Listing:
-    """Read a library (ELF shared object, or a bare bundle / fat binary) and list its device code."""
+def list_code_objects(path: str | Path, *, follow: bool = True) -> Listing:
+    """Read a library (ELF shared object, or a bare bundle / fat binary) and list its device code. The file is
+    opened through blob.open_regular (no blocking open of a FIFO, only regular files; `follow=False` refuses a
+    symlink, for files found in an image)."""
     p = Path(path)
-    with _open_regular(p) as fh:
+    with open_regular(p, follow=follow) as fh:
         try:
             return list_blob(p, Blob(fh, os.fstat(fh.fileno()).st_size))
         except OSError as exc:

@@ -3,7 +3,11 @@
 Stdlib only: it runs inside the image being scanned (its own python3; the host bind-mounts this package read-only
 at a path of its own), because only there do the files, their owners (pip's RECORD, dpkg's lists) and the
 manifest sit together. Files are read through codeobjects' bounded readers, never whole: an ELF library's
-section table and its `.hip_fatbin` / `.nv_fatbin` headers, the 64-byte header of a bare code object.
+section table and its `.hip_fatbin` / `.nv_fatbin` headers, the 64-byte header of a bare code object. Any file of
+the image may have been planted by a package the build installed: every file is opened through
+blob.open_regular without following a symlink and refused unless regular (a FIFO, `/dev/zero`), the owner lists
+and the manifest are read up to a bound, and a file that cannot be read is listed in `scan.errors` as such while
+the scan goes on (it never aborts or hangs).
 
 A shared object with device code is one library; bare code objects (`.hsaco`, rocBLAS/hipBLASLt `.co`, offload
 bundles, fat binaries) count per folder, since rocBLAS keeps one file per arch. Status of an arch per library:
@@ -22,6 +26,7 @@ if not __package__:  # run as a file (in an image: /tmp/imagebuild-contract/imag
 
 import argparse
 import csv
+import errno
 import json
 import os
 import re
@@ -31,12 +36,16 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from imagecontract.blob import UnreadableFile, open_regular, read_bounded
 from imagecontract.codeobjects import BUNDLE_MAGIC, CCOB_MAGIC, FATBIN_MAGIC, VerifyError, list_code_objects
 from imagecontract.targets import device_configs, loads_on
 
 COVERED = ("present", "partial", "compatible", "ptx")
 SKIP_TOP = ("proc", "sys", "dev", "run")
 MIN_SIZE = 64
+MAX_ERRORS = 50  # error lines kept in the document (each names its file)
+MAX_OWNER_FILE = 64 << 20  # one RECORD or dpkg .list (torch's RECORD: about 2 MiB)
+MAX_MANIFEST = 1 << 20  # /opt/imagebuild/manifest.json (ours: a few KiB)
 _FATBIN = FATBIN_MAGIC.to_bytes(4, "little")
 _SM = re.compile(r"^(?:sm|compute)_(\d+)(\d)(a?)$")
 
@@ -102,16 +111,15 @@ def scan(root: Path, skip: Iterable[Path] = ()) -> Scan:
         if path.name == "RECORD" and path.parent.name.endswith(".dist-info"):
             records.append(path)
         try:
-            with open(path, "rb") as fh:
+            with open_regular(path, follow=False) as fh:
                 head = fh.read(64)
             kind = _sniff(head) if len(head) >= MIN_SIZE else None
             if kind is None:
                 continue
             read += 1
-            listing = list_code_objects(path)
+            listing = list_code_objects(path, follow=False)
         except (OSError, VerifyError) as exc:
-            if len(errors) < 50:
-                errors.append(f"{path}: {exc}")
+            _unreadable(errors, path, exc)
             continue
         if not listing.code_objects and not listing.ptx:
             continue
@@ -122,11 +130,27 @@ def scan(root: Path, skip: Iterable[Path] = ()) -> Scan:
         lib.code_objects = sorted({*lib.code_objects, *listing.code_objects})
         lib.ptx = sorted({*lib.ptx, *listing.ptx})
     rows = sorted(libraries.values(), key=lambda lib: lib.path)
-    _set_owners(root, rows, records)
+    _set_owners(root, rows, records, errors)
     return Scan(rows, seen, read, round(time.monotonic() - started, 3), errors)
 
 
-def _set_owners(root: Path, rows: list[Library], records: list[Path]) -> None:
+def _unreadable(errors: list[str], path: Path, exc: BaseException) -> None:
+    """Record a file the scan could not read (one line naming it) and go on."""
+    if len(errors) < MAX_ERRORS:
+        text = str(exc) if isinstance(exc, UnreadableFile) else f"{path}: {exc}"
+        errors.append(" ".join(f"unreadable: {text}".split())[:300])
+
+
+def _owner_lines(path: Path, errors: list[str]) -> list[str] | None:
+    """The lines of a RECORD or dpkg list (bounded, symlinks not followed), or None after recording why not."""
+    try:
+        return read_bounded(path, MAX_OWNER_FILE, follow=False).decode("utf-8", "replace").splitlines()
+    except OSError as exc:
+        _unreadable(errors, path, exc)
+        return None
+
+
+def _set_owners(root: Path, rows: list[Library], records: list[Path], errors: list[str] | None = None) -> None:
     """Owner of each row: the Python distribution whose RECORD lists it (`python:torch`), else the Debian
     package whose file list does (`dpkg:librocsparse0`); a folder row by any of its files."""
     wanted = {row.path: row for row in rows}
@@ -137,24 +161,21 @@ def _set_owners(root: Path, rows: list[Library], records: list[Path]) -> None:
         if row is not None and row.owner is None:
             row.owner = owner
 
+    errors = [] if errors is None else errors
     for record in records:
         dist = record.parent.name.split("-")[0].lower().replace("_", "-")
         base = record.parent.parent
+        lines = _owner_lines(record, errors)
         try:
-            with open(record, encoding="utf-8", errors="replace", newline="") as fh:
-                for entry in csv.reader(fh):
-                    if entry:
-                        claim(os.path.normpath(str(base / entry[0])), f"python:{dist}")
-        except OSError:
-            continue
+            for entry in csv.reader(lines or []):  # csv's own field limit (128 KiB) is an error, not an abort
+                if entry:
+                    claim(os.path.normpath(str(base / entry[0])), f"python:{dist}")
+        except csv.Error as exc:
+            _unreadable(errors, record, exc)
     for listing in sorted((root / "var/lib/dpkg/info").glob("*.list")):
         package = listing.name.removesuffix(".list").split(":")[0]
-        try:
-            with open(listing, encoding="utf-8", errors="replace") as fh:
-                for line in fh:
-                    claim(str(root / line.strip().lstrip("/")), f"dpkg:{package}")
-        except OSError:
-            continue
+        for line in _owner_lines(listing, errors) or []:
+            claim(str(root / line.strip().lstrip("/")), f"dpkg:{package}")
 
 
 # --- status of one arch in one library -------------------------------------------------------------------
@@ -207,24 +228,33 @@ def table(rows: Iterable[Library], arches: list[str]) -> list[dict[str, object]]
     ]
 
 
-def _manifest(root: Path) -> dict[str, object] | None:
+def _manifest(root: Path, errors: list[str] | None = None) -> dict[str, object] | None:
+    """The image's manifest (bounded, no symlink followed), or None: absent, or unreadable (then recorded)."""
+    path = root / "opt/imagebuild/manifest.json"
     try:
-        data = json.loads((root / "opt/imagebuild/manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(read_bounded(path, MAX_MANIFEST, follow=False).decode("utf-8"))
+    except FileNotFoundError:
+        return None
+    except UnreadableFile as exc:
+        if exc.errno != errno.ENOENT:
+            _unreadable([] if errors is None else errors, path, exc)
+        return None
+    except (OSError, ValueError, RecursionError) as exc:
+        _unreadable([] if errors is None else errors, path, exc)
         return None
     return data if isinstance(data, dict) else None
 
 
 def main(argv: list[str] | None = None) -> int:
     """Print the raw scan as JSON: libraries (statuses over --arch, or the manifest's arches, or all found), the
-    image's manifest, scan numbers. The host turns it into arch-coverage.json (imagebuild/coverage.py)."""
+    image's manifest, scan numbers. The host turns it into arch-coverage.json (imagebuild/prove/coverage.py)."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--root", default="/", type=Path)
     parser.add_argument("--arch", help="arches to tabulate (default: the manifest's, else every one found)")
     parser.add_argument("--skip", action="append", default=[], help="a folder to leave out (repeatable)")
     args = parser.parse_args(argv)
     result = scan(args.root, args.skip)
-    manifest = _manifest(args.root)
+    manifest = _manifest(args.root, result.errors)
     if args.arch:
         arches = [a for a in re.split(r"[;,\s]+", args.arch) if a]
     elif manifest and isinstance(manifest.get("gpu_arches"), list) and manifest["gpu_arches"]:
