@@ -61,6 +61,19 @@ NVIDIA_SMS: dict[str, str] = {
     "sm_100a": "10.0a",
     "sm_120": "12.0",
 }
+# Product names per SM, for lookups by card name (the compatibility page): NVIDIA's compute capability table,
+# https://developer.nvidia.com/cuda-gpus (data center and workstation cards; read 2026-12).
+NVIDIA_PRODUCTS: dict[str, str] = {
+    "sm_70": "V100",
+    "sm_75": "T4/RTX 2080",
+    "sm_80": "A100/A30",
+    "sm_86": "A10/A40/RTX A6000/RTX 3090",
+    "sm_87": "Jetson AGX Orin",
+    "sm_89": "L4/L40/L40S/RTX 4090",
+    "sm_90": "H100/H200/GH200",
+    "sm_100": "B200/GB200",
+    "sm_120": "RTX 5090/RTX PRO 6000",
+}
 # The one alias table: architecture names TORCH_CUDA_ARCH_LIST accepts, expanded as torch expands them
 # (named_arches in torch/utils/cpp_extension.py, torch 2.13.0 wheel, git cf30153c4c13, lines 2666-2680).
 # Only names whose whole expansion is in NVIDIA_SMS (torch's Blackwell adds 10.3 and 12.1, unknown here).

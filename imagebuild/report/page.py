@@ -1,0 +1,87 @@
+"""Assemble the page: rows from the matrix and the evidence, the registry's attestations when asked, the lookup
+table, the smoke history and the plots."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from imagebuild.engine.cosign import Verifier
+from imagebuild.matrix import Matrix
+from imagebuild.report import lookup, plots
+from imagebuild.report.evidence import Evidence
+from imagebuild.report.history import update
+from imagebuild.report.model import Page
+from imagebuild.report.rows import Inspect, rows_for
+
+HISTORY = Path("build/report/smoke-history.json")
+
+
+def make_page(
+    matrix: Matrix,
+    root: Path,
+    *,
+    inspect: Inspect | None = None,
+    registry: str | None = None,
+    verifier: Verifier | None = None,
+    bench_dir: Path | None = None,
+    revision: str | None = None,
+    keep_history: bool = True,
+    now: datetime | None = None,
+) -> Page:
+    ev = Evidence(root)
+    rows = rows_for(matrix, ev, inspect)
+    if registry is not None and verifier is not None:
+        from imagebuild.report.registry import apply
+
+        apply(rows, registry, verifier, ev.warnings)
+    points = update(ev, rows, root / HISTORY, write=keep_history)
+    page_plots = [p for p in [plots.runtime_plot(points)] if p is not None]
+    bench = bench_dir if bench_dir is not None else root / "bench" / "results"
+    for path, doc in plots.bench_documents(ev, bench):
+        plot = plots.kernel_plot(path, doc, ev.rel(path))
+        if plot is not None:
+            page_plots.append(plot)
+    try:
+        shown = str(matrix.path.resolve().relative_to(root.resolve()))
+    except ValueError:  # a matrix outside the evidence root: its name (the page names no machine's folders)
+        shown = matrix.path.name
+    return Page(
+        generated=(now or datetime.now(UTC)).isoformat(timespec="seconds"),
+        matrix=shown,
+        matrix_sha256=matrix.sha256,
+        revision=revision,
+        rows=rows,
+        lookup=lookup.table(rows),
+        plots=page_plots,
+        evidence=sorted(set(ev.read)),
+        warnings=ev.warnings,
+        registry=registry,
+    )
+
+
+def engine_inspect(warnings: list[str]) -> Inspect | None:
+    """Size and labels of a built image from the engine (docker SDK); None, with a warning, when none answers."""
+    from imagebuild.engine.docker import docker_client
+    from imagebuild.errors import ImagebuildError
+
+    try:
+        client = docker_client()
+    except ImagebuildError as exc:
+        warnings.append(f"sizes and TunableOp labels unknown: {exc}")
+        return None
+
+    def inspect(image_id: str) -> dict[str, object] | None:
+        import docker.errors
+
+        try:
+            attrs = client.api.inspect_image(image_id)
+        except docker.errors.DockerException:
+            return None
+        size = attrs.get("Size")
+        return {
+            "size": size if isinstance(size, int) else None,
+            "labels": (attrs.get("Config") or {}).get("Labels") or {},
+        }
+
+    return inspect
