@@ -49,6 +49,8 @@ for want in linux/amd64:x86_64 linux/arm64:aarch64; do
     [[ "$got" == "${want##*:} ${want##*:} " ]] || { echo "error: ${want%%:*} image says '$got'" >&2; exit 1; }
     echo "${want%%:*}: uname -m and platform.machine() are ${want##*:}"
 done
+echo "== compatibility page (what was built, smoked and published; ${REGISTRY}'s attestations verified)"
+imagebuild report --registry "$REGISTRY" --key "$KEYS/cosign.pub"
 
 cat <<DONE
 
@@ -57,6 +59,8 @@ Reports:
   smoke    $(pwd)/build/smoke/local-cpu/report.json, junit.xml (linux/arm64: build/smoke/local-cpu/linux-arm64/)
   publish  $(pwd)/build/publish/local-cpu/publish-report.json, signing.json (the index); <os>-<arch>/ per platform
   sbom     $(pwd)/build/sbom/local-cpu.cdx.json   (also /opt/imagebuild/sbom.json in the image)
+  page     $(pwd)/build/report/compat.html   (data: compat.json; smoke history: build/report/smoke-history.json)
 Verify it: imagebuild verify ${REGISTRY}:local-cpu --key $(pwd)/${KEYS}/cosign.pub
 Pull it back: docker pull ${REGISTRY}:local-cpu
 DONE
+echo "Compatibility page: file://$(pwd)/build/report/compat.html"
