@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 from imagebuild.build.secrets import Secrets
 from imagebuild.engine.docker import Engine
-from imagebuild.envvars import env_int
 from imagebuild.errors import BuildFailed, ConfigError
+from imagebuild.plan.git import GitInfo as GitInfo  # re-exported: `from imagebuild.build.buildkit import GitInfo`
 from imagebuild.plan.imageref import ImageRef, write_record
 from imagecontract.atomic import write_atomic
 
@@ -31,29 +31,6 @@ if TYPE_CHECKING:
     from imagebuild.plan.target_plan import TargetPlan
 
 LOG_TAIL_LINES = 40
-
-
-@dataclass(frozen=True)
-class GitInfo:
-    """The revision labels: commit (with -dirty), short sha for the tag, commit time for `created`."""
-
-    revision: str
-    short: str
-    created: str
-
-    @classmethod
-    def read(cls, repo: Path) -> GitInfo:
-        def git(*args: str) -> str:
-            out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
-            return out.stdout.strip() if out.returncode == 0 else ""
-
-        sha = git("rev-parse", "HEAD")
-        if not sha:
-            epoch = env_int("SOURCE_DATE_EPOCH", 0)
-            return cls("unknown", "nogit", datetime.fromtimestamp(epoch, UTC).isoformat())
-        dirty = "-dirty" if git("status", "--porcelain", "--untracked-files=no") else ""
-        created = datetime.fromtimestamp(int(git("log", "-1", "--format=%ct")), UTC).isoformat()
-        return cls(sha + dirty, git("rev-parse", "--short", "HEAD") + dirty, created)
 
 
 @dataclass

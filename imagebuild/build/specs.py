@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from imagebuild.build.buildkit import BuildSpec, GitInfo
+from imagebuild.build.buildkit import BuildSpec
 from imagebuild.errors import ConfigError
+from imagebuild.plan.git import GitInfo
 from imagebuild.plan.target_plan import oci_platforms, resolve_plan
 
 if TYPE_CHECKING:

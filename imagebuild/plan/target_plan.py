@@ -22,9 +22,9 @@ from imagebuild.plan.manifest import manifest as build_manifest
 from imagecontract.models import Manifest, ModelError
 
 if TYPE_CHECKING:
-    from imagebuild.build.buildkit import GitInfo
     from imagebuild.matrix import Matrix, Target
     from imagebuild.matrix.arches import Resolution
+    from imagebuild.plan.git import GitInfo
 
 COMMITTED_DIR = "dockerfiles"
 RENDER_DIR = "build/render"

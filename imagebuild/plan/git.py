@@ -1,0 +1,36 @@
+"""The revision a build is of (commit with -dirty, short sha for the tag, commit time for `created`).
+
+Kept in plan/ because the plan's tags and build labels are made from it; build/ reads it when it plans builds.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from imagebuild.envvars import env_int
+
+
+@dataclass(frozen=True)
+class GitInfo:
+    """The revision labels: commit (with -dirty), short sha for the tag, commit time for `created`."""
+
+    revision: str
+    short: str
+    created: str
+
+    @classmethod
+    def read(cls, repo: Path) -> GitInfo:
+        def git(*args: str) -> str:
+            out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
+            return out.stdout.strip() if out.returncode == 0 else ""
+
+        sha = git("rev-parse", "HEAD")
+        if not sha:
+            epoch = env_int("SOURCE_DATE_EPOCH", 0)
+            return cls("unknown", "nogit", datetime.fromtimestamp(epoch, UTC).isoformat())
+        dirty = "-dirty" if git("status", "--porcelain", "--untracked-files=no") else ""
+        created = datetime.fromtimestamp(int(git("log", "-1", "--format=%ct")), UTC).isoformat()
+        return cls(sha + dirty, git("rev-parse", "--short", "HEAD") + dirty, created)
