@@ -20,7 +20,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from imagecontract.blob import read_bounded
+from imagecontract.numbers import ascii_int, is_ascii_int, shown
 from imagecontract.targets import AMD_PRODUCTS
+
+MAX_DRIVER_FILE = 1 << 16  # a sysfs or procfs file (one page, 4 KiB, in practice)
 
 TOPOLOGY = "sys/class/kfd/kfd/topology/nodes"
 
@@ -77,7 +81,7 @@ def gfx_name(version: int) -> str | None:
 def _properties(path: Path) -> dict[str, str]:
     out: dict[str, str] = {}
     try:
-        text = path.read_text(encoding="ascii", errors="replace")
+        text = read_bounded(path, MAX_DRIVER_FILE).decode("ascii", "replace")
     except OSError:
         return out
     for line in text.splitlines():
@@ -88,23 +92,27 @@ def _properties(path: Path) -> dict[str, str]:
 
 
 def _int(text: str | None) -> int:
-    try:
-        return int(text or "0", 0)
-    except ValueError:
-        return 0
+    """A sysfs number: ASCII decimal digits, at most 19 (numbers.ascii_int); anything else (absent, `0x10`,
+    `1_000`, other scripts' digits, 5,000 digits) is 0."""
+    return ascii_int(text) or 0
 
 
 def rocm_gpus(root: Path = Path("/")) -> list[Gpu]:
     """GPU nodes of the KFD topology in node order (HIP numbers the GPU nodes 0, 1, ... in that order)."""
     base = root / TOPOLOGY
     try:
-        nodes = sorted((p for p in base.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+        nodes = sorted((p for p in base.iterdir() if is_ascii_int(p.name, 9)), key=lambda p: int(p.name))
     except OSError:
         return []
     gpus: list[Gpu] = []
     for node in nodes:
         props = _properties(node / "properties")
-        arch = gfx_name(_int(props.get("gfx_target_version")))
+        raw = props.get("gfx_target_version")
+        version = ascii_int(raw, 9)
+        if raw is not None and version is None:  # a GPU whose arch cannot be read: kept, the caller cannot decide
+            gpus.append(Gpu(len(gpus), "amd", None, f"AMD GPU (gfx_target_version {shown(raw)} in {node})"))
+            continue
+        arch = gfx_name(version or 0)
         if arch is None:
             continue
         minor = props.get("drm_render_minor")
@@ -135,7 +143,7 @@ def cuda_gpus(root: Path = Path("/"), query: Query = nvidia_smi_query) -> list[G
     gpus: list[Gpu] = []
     for line in (text or "").splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 3 and parts[0].isdigit():
+        if len(parts) >= 3 and is_ascii_int(parts[0], 9):
             cap = re.fullmatch(r"(\d+)\.(\d+)", parts[2])
             arch = f"sm_{cap.group(1)}{cap.group(2)}" if cap else None
             gpus.append(Gpu(int(parts[0]), "nvidia", arch, parts[1]))
@@ -149,7 +157,7 @@ def cuda_gpus(root: Path = Path("/"), query: Query = nvidia_smi_query) -> list[G
 
 def _properties_colon(path: Path) -> dict[str, str]:
     try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        lines = read_bounded(path, MAX_DRIVER_FILE).decode("utf-8", "replace").splitlines()
     except OSError:
         return {}
     return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in lines) if k.strip()}
@@ -216,7 +224,7 @@ def visible(gpus: list[Gpu], env: dict[str, str], kind: str) -> list[Gpu]:
         if value is None:
             continue
         items = [item.strip() for item in value.split(",") if item.strip()]
-        if not all(item.isdigit() for item in items):
+        if not all(is_ascii_int(item, 9) for item in items):  # UUIDs are the runtime's; `²` is not an index
             return gpus
         by_index = {g.index: g for g in gpus}
         return [by_index[int(i)] for i in items if int(i) in by_index]

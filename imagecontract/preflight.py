@@ -17,6 +17,7 @@ if not __package__:  # run as a file: the folder holding imagecontract/ goes on 
 
     sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
 
+import errno
 import json
 import os
 import re
@@ -25,15 +26,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from imagecontract.blob import UnreadableFile, read_bounded
 from imagecontract.coverage import COVERED, status
 from imagecontract.driver import Gpu, Identity, Query, cuda_gpus, nodes_for, nvidia_smi_query, rocm_gpus, visible
+from imagecontract.numbers import shown
 from imagecontract.targets import loads_on
 
 EXIT_REFUSED = 78
 MANIFEST = Path("/opt/imagebuild/manifest.json")
 ROOT = Path("/")  # where the driver is read: tests point it at a simulated tree
 SKIP_VARIABLE = "IMAGEBUILD_SKIP_PREFLIGHT"
-_OVERRIDE = re.compile(r"^(\d+)\.(\d+)\.(\d+)$")
+# MAJOR.MINOR.STEPPING, each 1-3 ASCII digits (re.ASCII: `\d` would take other scripts' digits, which the HSA
+# runtime's parser does not; int() of thousands of digits raises). MAX_OVERRIDE bounds what is read at all.
+_OVERRIDE = re.compile(r"([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})", re.ASCII)
+MAX_OVERRIDE = 32
+MAX_MANIFEST = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -45,7 +52,9 @@ class Finding:
 def override_arch(value: str) -> str | None:
     """HSA_OVERRIDE_GFX_VERSION `9.4.2` -> gfx942, `11.0.0` -> gfx1100 (stepping in hex, as gfx90a); None if
     malformed."""
-    m = _OVERRIDE.match(value.strip())
+    if len(value) > MAX_OVERRIDE:
+        return None
+    m = _OVERRIDE.fullmatch(value.strip(" \t"))
     return f"gfx{int(m.group(1))}{int(m.group(2))}{int(m.group(3)):x}" if m else None
 
 
@@ -72,11 +81,17 @@ def check_override(value: str | None, gpus: list[Gpu], arches: list[str]) -> tup
     """The arch the runtime will report (the override's, else None: each GPU's own) and what the override earns."""
     if value is None:
         return None, []
-    if not value.strip():
+    if not value.strip(" \t"):
         return None, [Finding("warn", "HSA_OVERRIDE_GFX_VERSION is set but empty: unset it (checked as unset)")]
     forced = override_arch(value)
     if forced is None:
-        return None, [Finding("refuse", f"HSA_OVERRIDE_GFX_VERSION={value!r} is not MAJOR.MINOR.STEPPING: unset it")]
+        return None, [
+            Finding(
+                "refuse",
+                f"HSA_OVERRIDE_GFX_VERSION={shown(value)} is not MAJOR.MINOR.STEPPING in ASCII digits "
+                "(at most 3 each): unset it",
+            )
+        ]
     findings: list[Finding] = []
     for gpu in gpus:
         native = gpu.arch or ""
@@ -142,7 +157,9 @@ def check(
         forced, findings = check_override(env.get("HSA_OVERRIDE_GFX_VERSION"), gpus, arches)
     for gpu in gpus:
         device = forced or gpu.arch
-        if device is None:
+        if device is None and kind == "rocm":  # the KFD topology always says it: a value we cannot read
+            findings.append(Finding("refuse", f"{gpu.describe()}: its arch cannot be read, so it cannot be checked"))
+        elif device is None:
             findings.append(Finding("warn", f"{gpu.describe()}: the driver does not say its arch; not checked"))
         elif not covers(arches, device):
             findings.append(
@@ -176,12 +193,18 @@ def run(
         return 0
     started = time.monotonic()
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return 0
-    if not isinstance(manifest, dict):
-        return 0
-    findings = check(manifest, env, root)
+        manifest = json.loads(read_bounded(manifest_path, MAX_MANIFEST).decode("utf-8"))
+    except FileNotFoundError:
+        return 0  # not an imagebuild image: nothing promised, nothing to check
+    except UnreadableFile as exc:
+        if exc.errno == errno.ENOENT:
+            return 0
+        findings = [Finding("refuse", f"cannot decide: {exc}")]
+    except (OSError, ValueError, RecursionError) as exc:
+        reason = " ".join(str(exc).split())[:200]
+        findings = [Finding("refuse", f"cannot decide: the manifest {manifest_path} is not JSON ({reason})")]
+    else:
+        findings = _decide(manifest, env, root)
     refused = [f for f in findings if f.level == "refuse"]
     for finding in findings:
         word = "refused" if finding.level == "refuse" else "warning"
@@ -195,6 +218,18 @@ def run(
         )
         return EXIT_REFUSED
     return 0
+
+
+def _decide(manifest: object, env: dict[str, str], root: Path) -> list[Finding]:
+    """check(), where a manifest of the wrong shape or a check that raises is a refusal (it cannot decide),
+    never a server started unchecked."""
+    if not isinstance(manifest, dict):
+        return [Finding("refuse", "the image's manifest is not a JSON object; cannot decide")]
+    try:
+        return check(manifest, env, root)
+    except Exception as exc:  # noqa: BLE001 - whatever it was, the GPU was not checked
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+        return [Finding("refuse", f"the check could not decide ({reason})")]
 
 
 def main() -> int:

@@ -175,9 +175,10 @@ def main(argv: list[str]) -> int:
         return 2
     try:  # right image, right GPU: refuse (exit 78) before the server starts, not with a kernel error later
         refused = preflight.run(dict(os.environ))
-    except Exception as exc:  # a bug in the check itself never keeps the server from starting
-        log(f"warning: preflight: {type(exc).__name__}: {exc}")
-        refused = 0
+    except Exception as exc:  # noqa: BLE001 - the GPU was not checked: never start the server unchecked
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+        print(f"preflight: refused: the check could not decide ({reason})", file=sys.stderr, flush=True)
+        refused = preflight.EXIT_REFUSED
     if refused:
         return refused
     try:
