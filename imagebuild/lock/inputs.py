@@ -1,0 +1,256 @@
+"""What the matrix names from outside this repository, per target and OCI platform, without any network.
+
+Each input has a key (the matrix place it comes from, stable while its value changes), a kind (image, git, pip,
+file) and a spec: the matrix values that decide its pin. `imagebuild lock` resolves every spec; `render --check`
+compares the specs the matrix gives now with those the lock was made from (`lockfile.stale`), so a changed pinned
+value without a re-lock fails naming the input.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from imagebuild.errors import ConfigError
+from imagebuild.matrix import Matrix, PipRuntime, Source, Target, TgiRuntime
+from imagebuild.matrix.oci import BASELINE, for_oci
+
+# Wheels for glibc >= 2.28: every base here (Ubuntu 22.04: 2.35, Debian bookworm: 2.36) runs them.
+MANYLINUX = "manylinux_2_28"
+# Packages that belong to the torch stage (torch's own requirements): a later stage's set never lists them.
+TORCH_OWNED_PREFIXES = ("torch", "triton", "nvidia-", "pytorch-triton")
+
+
+@dataclass
+class Input:
+    """One external input: its key, kind, the matrix values that pin it, where it is named, who uses it."""
+
+    key: str
+    kind: str  # image | git | pip | file
+    spec: dict[str, Any]
+    where: str  # the matrix place (key path) or the Dockerfile step it serves, for messages
+    users: list[str] = field(default_factory=list)  # "<target> <oci platform>"
+
+    def describe(self) -> str:
+        spec = self.spec
+        if self.kind == "image":
+            return f"image {spec['ref']}"
+        if self.kind == "git":
+            return f"git {spec['url']}@{spec['commit'] or spec.get('ref') or 'HEAD'}"
+        if self.kind == "file":
+            return f"file {spec['path']} (sha256 {spec['sha256'][:12]})"
+        return f"pip set ({len(spec['requirements'])} requirement(s), Python {spec['python']}, {spec['platform']})"
+
+
+def user(target: Target) -> str:
+    return f"{target.name} {target.oci_platform}"
+
+
+def is_local_image(ref: str) -> bool:
+    """Made on this machine (scripts/make-base-image.sh): `local/...`, or served by a loopback registry."""
+    host = ref.split("/", 1)[0] if "/" in ref else ""
+    loopback = host.split(":")[0] in {"127.0.0.1", "localhost"} or host.startswith("[::1]")
+    return ref.startswith("local/") or loopback
+
+
+def uv_platform(oci: str) -> str:
+    """linux/amd64 -> x86_64-manylinux_2_28 (uv's --python-platform)."""
+    arch = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}.get(oci)
+    if arch is None:
+        raise ConfigError(f"no Python platform known for OCI platform {oci}")
+    return f"{arch}-{MANYLINUX}"
+
+
+def collect(matrix: Matrix, names: tuple[str, ...] | list[str] = ()) -> dict[str, Input]:
+    """Every input of the selected targets (all by default), keyed; an input several targets use is listed once."""
+    found: dict[str, Input] = {}
+
+    def add(item: Input, target: Target) -> None:
+        have = found.get(item.key)
+        if have is None:
+            found[item.key] = have = item
+        elif have.spec != item.spec:
+            if item.kind == "image":  # one image for several OCI platforms: one entry listing them all
+                have.spec["platforms"] = sorted(set(have.spec["platforms"]) | set(item.spec["platforms"]))
+            else:
+                raise ConfigError(f"lock: {item.key} means two things ({have.describe()}; {item.describe()})")
+        if user(target) not in have.users:
+            have.users.append(user(target))
+
+    for target in matrix.select(names):
+        for oci in target.oci_platforms:
+            placed = for_oci(target, matrix.model.oci_platforms, oci)
+            for item in _inputs_of(matrix, placed):
+                add(item, placed)
+    return found
+
+
+def _where_base(target: Target) -> str:
+    if target.oci_platform != BASELINE:
+        return f"oci_platforms.{target.oci_platform}.platforms.{target.platform_name}.base_image"
+    return f"platforms.{target.platform_name}.base_image"
+
+
+def _inputs_of(matrix: Matrix, target: Target) -> list[Input]:
+    oci = target.oci_platform
+    platform = target.platform
+    py = platform.python_version
+    plat = uv_platform(oci)
+    prefix = f"{target.name}@{oci}"
+    items: list[Input] = [
+        _image(platform.base_image, oci, _where_base(target)),
+    ]
+    base_key = f"pip:{prefix}:base"
+    items.append(
+        _pip(
+            base_key,
+            platform.pip_packages,
+            py,
+            plat,
+            f"{prefix} stage base: pip install (platforms.{target.platform_name}.pip_packages)",
+        )
+    )
+    build = target.torch_build
+    kind = platform.kind
+    torch_where = f"torch.{target.torch_key}.builds.{kind}"
+    torch_key = f"pip:{prefix}:torch"
+    if build.obtain == "wheel":
+        version = target.torch.version + (f"+{build.local_version}" if build.local_version else "")
+        items.append(
+            _pip(
+                torch_key,
+                [f"torch=={version}"],
+                py,
+                plat,
+                f"{prefix} stage torch: {torch_where} (torch {version} and its requirements)",
+                index_url=build.index_url,
+                find_links=build.find_links,
+            )
+        )
+    else:
+        assert build.source is not None
+        items.append(_git(build.source, f"{torch_where}.source"))
+        items.append(
+            _pip(
+                torch_key,
+                list(build.build_requires),
+                py,
+                plat,
+                f"{prefix} stage torch-build: {torch_where}.build_requires and the torch source's requirements.txt",
+                after=[base_key],
+                from_source={"git": build.source.git, "commit": build.source.commit, "file": "requirements.txt"},
+            )
+        )
+        for companion in build.companions:
+            items.append(
+                _pip(
+                    f"pip:{prefix}:torch:{companion.name}",
+                    [f"{companion.name}=={companion.version}"],
+                    py,
+                    plat,
+                    f"{prefix} stage torch: {torch_where}.companions.{companion.name} (--no-deps)",
+                    index_url=companion.index_url,
+                    no_deps=True,
+                )
+            )
+    for name, component in target.components:
+        if component.source.git:
+            items.append(_git(component.source, f"components.{name}.source"))
+        if component.build_requires:
+            items.append(
+                _pip(
+                    f"pip:{prefix}:component-{name}",
+                    list(component.build_requires),
+                    py,
+                    plat,
+                    f"{prefix} stage component-{name}: components.{name}.build_requires",
+                    after=[base_key],
+                )
+            )
+    runtime = target.runtime
+    rname = target.runtime_name
+    if isinstance(runtime, TgiRuntime):
+        items.append(_image(runtime.builder_image, BASELINE, f"runtimes.{rname}.builder_image"))
+        items.append(_git(runtime.source, f"runtimes.{rname}.source"))
+        server = runtime.server.get(kind)
+        source = {"git": runtime.source.git, "commit": runtime.source.commit}
+        items.append(
+            _pip(
+                f"pip:{prefix}:runtime-server:gen-server",
+                [],
+                py,
+                plat,
+                f"{prefix} stage runtime-server: make gen-server's pip install (the runtime's server/Makefile)",
+                after=[base_key],
+                from_source={**source, "file": "server/Makefile", "make_target": "gen-server"},
+            )
+        )
+        if server is not None:
+            items.append(
+                _pip(
+                    f"pip:{prefix}:runtime-server",
+                    [],
+                    py,
+                    plat,
+                    f"{prefix} stage final: runtimes.{rname}.server.{kind} (server/{server.requirements}, "
+                    f"extras {', '.join(server.extras)})",
+                    after=[base_key],
+                    torch=target.torch.version,
+                    from_source={
+                        **source,
+                        "file": f"server/{server.requirements}",
+                        "package": "server",
+                        "extras": list(server.extras),
+                    },
+                )
+            )
+    elif isinstance(runtime, PipRuntime):
+        items.append(_file(matrix, runtime.requirements, f"runtimes.{rname}.requirements ({oci})"))
+    return items
+
+
+def _image(ref: str, oci: str, where: str) -> Input:
+    return Input(f"image:{ref}", "image", {"ref": ref, "platforms": [oci], "local": is_local_image(ref)}, where)
+
+
+def _git(source: Source, where: str) -> Input:
+    spec = {"url": source.git, "commit": source.commit, "ref": source.ref}
+    return Input(f"git:{source.git}@{source.commit or source.ref}", "git", spec, where)
+
+
+def _pip(
+    key: str,
+    requirements: list[str],
+    python: str,
+    platform: str,
+    where: str,
+    *,
+    index_url: str | None = None,
+    find_links: str | None = None,
+    no_deps: bool = False,
+    after: list[str] | None = None,
+    torch: str | None = None,
+    from_source: dict[str, Any] | None = None,
+) -> Input:
+    spec: dict[str, Any] = {
+        "requirements": list(requirements),
+        "python": python,
+        "platform": platform,
+        "index_url": index_url or "https://pypi.org/simple",
+        "find_links": find_links,
+        "no_deps": no_deps,
+        "after": list(after or []),
+        "torch": torch,
+        "from_source": from_source,
+    }
+    return Input(key, "pip", spec, where)
+
+
+def _file(matrix: Matrix, relative: str, where: str) -> Input:
+    path = matrix.path.resolve().parent / relative
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read {relative}: {exc.strerror}") from None
+    return Input(f"file:{relative}", "file", {"path": relative, "sha256": digest}, where)

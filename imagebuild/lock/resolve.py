@@ -1,0 +1,139 @@
+"""`imagebuild lock`: resolve every input of the matrix into the lock document.
+
+An entry whose spec is unchanged and that is locked (or local) is kept as it is unless `refresh`; everything else
+is resolved anew. What cannot be resolved from here is written as `unresolved` with the reason (a registry or
+index that does not answer from this machine): the lock covers every input, and says which are not pinned yet.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from imagebuild.engine.registry import RegistryError
+from imagebuild.lock import gitsrc, images, pipsets
+from imagebuild.lock.inputs import Input
+
+
+@dataclass
+class Options:
+    refresh: bool = False
+    git_mirrors: dict[str, Path] = field(default_factory=dict)
+    limit: float = 120.0  # seconds for one registry request or git fetch
+    resolve_limit: float = 600.0  # seconds for one uv resolution
+
+
+def lock(
+    inputs: dict[str, Input],
+    previous: dict[str, Any] | None,
+    options: Options,
+    say: Callable[[str], None] = lambda line: None,
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """(entries by key, resolver facts) for every input."""
+    old = (previous or {}).get("inputs", {})
+    entries: dict[str, dict[str, Any]] = {}
+    git_dirs: dict[str, Path] = {}
+    with tempfile.TemporaryDirectory(prefix="imagebuild-lock-") as scratch:
+        work = Path(scratch)
+
+        def git_dir(url: str, commit: str) -> Path:
+            key = f"{url}@{commit}"
+            if key not in git_dirs:
+                _, git_dirs[key] = gitsrc.resolve(url, commit, options.git_mirrors, options.limit, work)
+            return git_dirs[key]
+
+        order = sorted(inputs, key=lambda k: (_rank(inputs[k]), k))
+        for key in order:
+            item = inputs[key]
+            kept = old.get(key)
+            if not options.refresh and kept and kept.get("spec") == item.spec and kept["status"] != "unresolved":
+                entries[key] = kept
+                say(f"kept      {key}")
+                continue
+            started = time.monotonic()
+            entry = _resolve_one(item, entries, options, git_dir, git_dirs, work)
+            entries[key] = {"spec": item.spec, "where": item.where, **entry}
+            took = time.monotonic() - started
+            why = f": {entry['why']}" if entry["status"] == "unresolved" else ""
+            say(f"{entry['status']:<9} {key} ({took:.1f} s){why}")
+    resolver = {"pip": f"{pipsets.uv_version()} (uv pip compile, PEP 751 pylock.toml: exact files and sha256)"}
+    return entries, resolver
+
+
+def _rank(item: Input) -> int:
+    """git before pip (a pip set may read its requirements from a source); a set after the sets it builds on."""
+    if item.kind != "pip":
+        return 0
+    return 1 + len(item.spec["after"]) + (1 if item.spec.get("torch") else 0)
+
+
+def _resolve_one(
+    item: Input,
+    done: dict[str, dict[str, Any]],
+    options: Options,
+    git_dir: Callable[[str, str], Path],
+    git_dirs: dict[str, Path],
+    work: Path,
+) -> dict[str, Any]:
+    spec = item.spec
+    try:
+        if item.kind == "image":
+            if spec["local"]:
+                found = images.resolve_local(spec["ref"])
+                status = "unresolved" if "why" in found else "local"
+                return {"status": status, **found}
+            return {"status": "locked", **images.resolve_remote(spec["ref"], spec["platforms"], options.limit)}
+        if item.kind == "git":
+            if not spec["commit"]:
+                return {"status": "unresolved", "why": "no commit in the matrix (a ref alone moves)"}
+            entry, repo = gitsrc.resolve(spec["url"], spec["commit"], options.git_mirrors, options.limit, work)
+            git_dirs[f"{spec['url']}@{spec['commit']}"] = repo
+            return {"status": "locked", **entry}
+        if item.kind == "file":
+            return {"status": "locked"}  # the spec holds the file's sha256: the file is the lock
+        return _pip(item, done, options, git_dir, work)
+    except RegistryError as exc:
+        return {"status": "unresolved", "why": str(exc)}
+    except gitsrc.GitError as exc:
+        return {"status": "unresolved", "why": f"{spec.get('url')}: {exc}"}
+    except pipsets.ResolveError as exc:
+        return {"status": "unresolved", "why": f"uv: {exc}"}
+
+
+def _pip(
+    item: Input,
+    done: dict[str, dict[str, Any]],
+    options: Options,
+    git_dir: Callable[[str, str], Path],
+    work: Path,
+) -> dict[str, Any]:
+    spec = item.spec
+    constraints: list[str] = []
+    for before in spec["after"]:
+        prior = done.get(before)
+        if prior is None or prior["status"] != "locked":
+            return {"status": "unresolved", "why": f"the set it is installed after ({before}) is not locked"}
+        constraints += [f"{p['name']}=={p['version']}" for p in prior["packages"]]
+    requirements = list(spec["requirements"])
+    package_dir = None
+    extras = None
+    source = spec.get("from_source")
+    if source:
+        try:
+            repo = git_dir(source["git"], source["commit"])
+        except gitsrc.GitError as exc:
+            return {"status": "unresolved", "why": f"needs {source['file']} of {source['git']}: {exc}"}
+        text = gitsrc.read_file(repo, source["commit"], source["file"], options.limit)
+        if source.get("make_target"):
+            requirements += pipsets.gen_server_requirements(text, source["make_target"])
+        else:
+            requirements += pipsets.requirement_lines(text)
+        if source.get("package"):
+            package_dir = gitsrc.export(repo, source["commit"], source["package"], work / "src", options.limit)
+            extras = source.get("extras")
+    entry = pipsets.resolve(spec, requirements, constraints, options.resolve_limit, package_dir, extras)
+    return {"status": "locked", **entry}

@@ -1,0 +1,155 @@
+"""The lock (matrix.lock.json): it covers every input of every target, and a stale one fails `render --check`."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from imagebuild.lock import inputs as lock_inputs
+from imagebuild.lock import lockfile, pipsets
+from imagebuild.matrix import load_matrix
+
+REPO = Path(__file__).resolve().parents[1]
+TARGETS = ["rocm6.1-torch2.3", "cuda12.1-torch2.3", "local-cpu"]
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    return load_matrix(REPO / "matrix.yaml")
+
+
+@pytest.fixture(scope="module")
+def doc():
+    loaded = lockfile.load(REPO / lockfile.LOCK_NAME)
+    assert loaded is not None, "matrix.lock.json is committed"
+    return loaded
+
+
+def test_every_target_names_images_git_and_pip_inputs(matrix) -> None:
+    found = lock_inputs.collect(matrix)
+    for target in TARGETS:
+        kinds = {item.kind for item in found.values() if any(u.startswith(f"{target} ") for u in item.users)}
+        assert {"image", "pip"} <= kinds, target
+        if target != "local-cpu":
+            assert "git" in kinds, target
+    keys = set(found)
+    assert "image:rust:1.78.0-bookworm" in keys  # the Rust builder
+    assert "git:https://github.com/fxmarty/pytorch@ceaa1e4a7b66e818ea4e56925bb4a5dff8c56055" in keys
+    assert "pip:local-cpu@linux/arm64:torch" in keys  # every OCI platform has its own sets
+    assert "pip:cuda12.1-torch2.3@linux/amd64:runtime-server" in keys
+
+
+def test_committed_lock_is_fresh_and_covers_every_input(matrix, doc) -> None:
+    found = lock_inputs.collect(matrix)
+    assert lockfile.stale(found, doc) == []
+    assert set(doc["inputs"]) == set(found)
+    for target in TARGETS:
+        assert target in doc["targets"]
+
+
+def test_locked_entries_are_pins_with_hashes(doc) -> None:
+    for key, entry in doc["inputs"].items():
+        if entry["status"] == "unresolved":
+            assert entry["why"], key  # says why, never silently empty
+            continue
+        if key.startswith("pip:"):
+            assert entry["packages"], key
+            for package in entry["packages"]:
+                assert package["files"] and all(SHA256.match(f["sha256"]) and f["file"] for f in package["files"])
+            assert all(" --hash=sha256:" in line for line in entry["requirements"])
+        elif key.startswith("git:"):
+            assert SHA256.match(entry["archive_sha256"]) and re.fullmatch(r"[0-9a-f]{40}", entry["tree"])
+        elif key.startswith("image:") and entry["status"] == "locked":
+            assert entry["digest"].startswith("sha256:") and entry["platforms"]
+
+
+def test_tgi_extras_are_pinned_with_their_transitive_dependencies(doc) -> None:
+    """The issue's drifting packages (numba, pyarrow, pydantic) and outlines 0.0.36 are pinned by the lock."""
+    entry = doc["inputs"]["pip:cuda12.1-torch2.3@linux/amd64:runtime-server"]
+    if entry["status"] != "locked":
+        pytest.skip(f"not locked here: {entry['why']}")
+    versions = {p["name"]: p["version"] for p in entry["packages"]}
+    assert versions["outlines"] == "0.0.36"
+    assert {"numba", "pydantic", "pyarrow", "accelerate", "peft"} <= set(versions)
+    assert "torch" not in versions and not any(n.startswith("nvidia-") for n in versions)  # the torch stage's
+    assert entry["vcs"] and entry["stand_ins"]  # transformers at a commit: kept verbatim, a release stood in
+
+
+def _copy_repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    root.mkdir()
+    for name in ("matrix.yaml", lockfile.LOCK_NAME):
+        shutil.copy(REPO / name, root / name)
+    for folder in ("dockerfiles", "runtimes", "kernels", "smoke", "image", "imagecontract"):
+        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__", "build"))
+    return root
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "named"),
+    [
+        (
+            "commit: 232e8d522713f43834d48ae45d1330b0e6dd367e",
+            "commit: a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1",
+            "runtimes.text-generation-inference.source",
+        ),
+        (
+            "builder_image: rust:1.78.0-bookworm",
+            "builder_image: rust:1.78.0-slim-bookworm",
+            "runtimes.text-generation-inference.builder_image",
+        ),
+        (
+            "build_requires: [packaging==24.0, psutil==5.9.8]",
+            "build_requires: [packaging==24.0, psutil==5.9.7]",
+            "stage component-flash-attention",
+        ),
+        ("    version: 2.13.0\n", "    version: 2.13.1\n", "stage torch: torch.2.13.builds.cpu"),
+    ],
+)
+def test_a_pinned_value_changed_without_relocking_fails_render_check(tmp_path: Path, cli, old, new, named) -> None:
+    root = _copy_repo(tmp_path)
+    text = (root / "matrix.yaml").read_text()
+    assert old in text
+    (root / "matrix.yaml").write_text(text.replace(old, new, 1))
+    result = cli("--matrix", str(root / "matrix.yaml"), "render", "--check")
+    assert result.exit_code == 1, result.stderr
+    assert "stale lock: " in result.stderr and named in result.stderr
+    assert result.exception is None
+
+
+def test_a_requirements_file_edited_without_relocking_is_stale(tmp_path: Path, cli) -> None:
+    root = _copy_repo(tmp_path)
+    pins = root / "runtimes" / "transformers-serve" / "requirements.txt"
+    pins.write_text(pins.read_text() + "# edited\n")
+    result = cli("--matrix", str(root / "matrix.yaml"), "render", "--check")
+    assert result.exit_code == 1
+    assert "runtimes.transformers-serve.requirements (linux/amd64)" in result.stderr
+
+
+def test_unchanged_copy_passes_and_no_lock_only_warns(tmp_path: Path, cli) -> None:
+    root = _copy_repo(tmp_path)
+    assert cli("--matrix", str(root / "matrix.yaml"), "render", "--check").exit_code == 0
+    (root / lockfile.LOCK_NAME).unlink()
+    result = cli("--matrix", str(root / "matrix.yaml"), "render", "--check")
+    assert result.exit_code == 0 and "inputs are not locked" in result.stderr
+
+
+def test_a_broken_lock_file_is_one_error_line(tmp_path: Path, cli) -> None:
+    root = _copy_repo(tmp_path)
+    (root / lockfile.LOCK_NAME).write_text(json.dumps({"schema_version": 1, "inputs": {"x": {"status": "maybe"}}}))
+    result = cli("--matrix", str(root / "matrix.yaml"), "render", "--check")
+    assert result.exit_code == 2 and "error: " in result.stderr and result.exception is None
+
+
+def test_gen_server_requirements_are_read_from_the_makefile_recipe() -> None:
+    makefile = (
+        "x:\n\techo\ngen-server:\n\t# c\n\tpip install a==1 'b>=2' --no-cache-dir\n\tmkdir x\n\ny:\n\tpip install z\n"
+    )
+    assert pipsets.gen_server_requirements(makefile, "gen-server") == ["a==1", "b>=2"]
+    with pytest.raises(pipsets.ResolveError):
+        pipsets.gen_server_requirements(makefile, "nope")
