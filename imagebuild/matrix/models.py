@@ -35,7 +35,7 @@ from imagebuild.matrix.fields import (
     Url,
     Version,
 )
-from imagebuild.matrix.oci import OciPlatform, OciRules
+from imagebuild.matrix.oci_rules import OciPlatform, OciRules
 from imagebuild.matrix.runtimes import Runtime
 from imagebuild.matrix.sources import Patch, Source, Strict
 

@@ -11,76 +11,14 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from pydantic import Field
-
 from imagebuild.errors import ConfigError
-from imagebuild.matrix.fields import (
-    ArchName,
-    Digest,
-    ImageName,
-    Name,
-    PlatformKind,
-    RepoPath,
-    Text,
-    TorchKey,
-    Url,
-    Version,
-)
-from imagebuild.matrix.fields import _typed as typed
-from imagebuild.matrix.sources import Strict
+from imagebuild.matrix.oci_rules import BASELINE as BASELINE
+from imagebuild.matrix.oci_rules import OciPlatform as OciPlatform
+from imagebuild.matrix.oci_rules import OciRules as OciRules
+from imagebuild.matrix.oci_rules import slug as slug
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from imagebuild.matrix.models import MatrixModel
     from imagebuild.matrix.targets import Target
-
-BASELINE = "linux/amd64"
-OciPlatform = typed("an OCI platform (linux/amd64 or linux/arm64)", r"linux/(?:amd64|arm64)")
-
-
-class PlatformOnOci(Strict):
-    base_image: ImageName | None = Field(default=None, description="Base image for this CPU platform.")
-    base_digest: Digest | None = Field(default=None, description="sha256 digest pinning that base image.")
-    arches: list[ArchName] | None = Field(
-        default=None, description="The GPU arches hosts of this CPU platform have (unset: all of the platform's)."
-    )
-    unavailable: Text | None = Field(default=None, description="Why this platform has no build for it.")
-    why: Text = Field(default="", description="What differs, for readers (recorded in the manifest).")
-
-
-class TorchOnOci(Strict):
-    version: Version | None = Field(default=None, description="The torch version installed on this CPU platform.")
-    index_url: Url | None = Field(
-        default=None, description="Package index of that wheel (instead of the baseline's local wheelhouse)."
-    )
-    unavailable: Text | None = Field(default=None, description="Why this torch build does not exist for it.")
-    why: Text = Field(default="", description="Why the version differs (recorded in the manifest).")
-
-
-class ComponentOnOci(Strict):
-    unavailable: Text = Field(description="Why the component does not exist for this CPU platform.")
-
-
-class RuntimeOnOci(Strict):
-    requirements: RepoPath | None = Field(default=None, description="The pip runtime's pins for this platform.")
-    unavailable: Text | None = Field(default=None, description="Why the runtime does not exist for it.")
-
-
-class OciRules(Strict):
-    platforms: dict[Name, PlatformOnOci] = Field(
-        default={}, description="Platforms that exist for this CPU platform (an unlisted one does not)."
-    )
-    torch: dict[TorchKey, dict[PlatformKind, TorchOnOci]] = Field(
-        default={}, description="Torch builds that differ or are absent here (unlisted: the same version)."
-    )
-    components: dict[Name, ComponentOnOci] = Field(default={}, description="Components absent here.")
-    runtimes: dict[Name, RuntimeOnOci] = Field(default={}, description="Runtimes that differ or are absent here.")
-
-
-def slug(oci: str) -> str:
-    """linux/arm64 -> linux-arm64 (directory, tag and file names)."""
-    return oci.replace("/", "-")
 
 
 def for_oci(target: Target, rules: dict[str, OciRules], oci: str | None = None) -> Target:
@@ -94,7 +32,7 @@ def for_oci(target: Target, rules: dict[str, OciRules], oci: str | None = None) 
     if oci == BASELINE:
         if oci not in target.oci_platforms:
             raise listed
-        return dataclasses.replace(target, oci_platform=oci)
+        return dataclasses.replace(target, oci_platform=oci, placed=True)
     rule = rules.get(oci)
     place = rule.platforms.get(target.platform_name) if rule else None
     if place is None or place.unavailable:
@@ -155,30 +93,5 @@ def for_oci(target: Target, rules: dict[str, OciRules], oci: str | None = None) 
         runtime_name=runtime_name,
         oci_platform=oci,
         oci_notes=tuple(notes),
+        placed=True,
     )
-
-
-def check_references(model: MatrixModel, fail: Callable[..., ConfigError]) -> None:
-    """Every name under `oci_platforms:` (platforms, torch keys and builds, components, runtimes) exists, and every
-    platform a target lists other than the baseline has its section: a typo would silently drop a refusal."""
-    for oci, rules in model.oci_platforms.items():
-        names: list[tuple[str, dict[str, object], dict[str, object]]] = [
-            ("platforms", dict(rules.platforms), dict(model.platforms)),
-            ("torch", dict(rules.torch), dict(model.torch)),
-            ("components", dict(rules.components), dict(model.components)),
-            ("runtimes", dict(rules.runtimes), dict(model.runtimes)),
-        ]
-        for section, used, known in names:
-            for name in used:
-                if name not in known:
-                    where = ("oci_platforms", oci, section, name)
-                    raise fail(where, f"unknown {section} entry '{name}'", list(known), name)
-        for key, kinds in rules.torch.items():
-            for kind in kinds:
-                if kind not in model.torch[key].builds:
-                    where = ("oci_platforms", oci, "torch", key, kind)
-                    raise fail(where, f"torch {key} has no {kind} build", list(model.torch[key].builds), kind)
-    for g, group in enumerate(model.targets):
-        for i, oci in enumerate(group.oci_platforms):
-            if oci != BASELINE and oci not in model.oci_platforms:
-                raise fail(("targets", g, "oci_platforms", i), f"{oci} has no section under oci_platforms")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from imagebuild.errors import ConfigError
 from imagebuild.matrix import TgiRuntime
-from imagebuild.matrix.oci import BASELINE, for_oci, slug
+from imagebuild.matrix.oci import for_oci, slug
 from imagebuild.plan.imageref import LOCAL_REPO
 from imagebuild.plan.manifest import manifest as build_manifest
 from imagecontract.models import Manifest, ModelError
@@ -315,11 +315,10 @@ def resolve_plan(
 
 def on_oci(matrix: Matrix, target: Target, oci: str | None) -> Target:
     """target for OCI platform oci; None keeps the one it is for (a target from the matrix: its first)."""
-    fresh = target.oci_platform == BASELINE  # as the matrix expanded it (the baseline's values)
-    want = oci or (target.oci_platforms[0] if fresh else target.oci_platform)
-    if want == target.oci_platform:
+    want = oci or (target.oci_platform if target.placed else target.oci_platforms[0])
+    if target.placed and want == target.oci_platform:
         return target
-    if not fresh:
+    if target.placed:
         raise ConfigError(f"target {target.name} is already planned for {target.oci_platform}, not {want}")
     return for_oci(target, matrix.model.oci_platforms, want)
 
