@@ -13,6 +13,7 @@ from typing import Any
 from imagebuild.errors import ConfigError
 from imagebuild.matrix import Matrix
 from imagebuild.matrix.oci import for_oci
+from imagebuild.plan.imageref import LOCAL_REPO
 from imagebuild.release.index import local_name
 from imagebuild.report.evidence import Evidence, mtime_utc
 from imagebuild.report.model import NOT_RUN, CoverageFacts, LibraryCell, ReleaseFacts, Row, SmokeFacts
@@ -21,7 +22,6 @@ from imagecontract.targets import TargetError, loads_on, parse_list
 
 # image ID -> {"size": bytes, "labels": {...}} from the engine, None when it does not hold that image
 Inspect = Callable[[str], dict[str, Any] | None]
-LOCAL_REPO = "imagebuild"
 
 
 def _ids(arches: list[str]) -> list[str]:
