@@ -73,9 +73,19 @@ def command(
         summary = remote.summary(results)
         click.echo(summary["line"])
         if report_path is not None:
-            report_path.write_text(json.dumps(summary | {"results": results}, indent=1, sort_keys=True) + "\n")
+            import platform
+            import sys
+            from datetime import UTC, datetime
+
+            report = summary | {
+                "command": " ".join(["imagebuild", *sys.argv[1:]]),
+                "when": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "host": f"{platform.node()} ({platform.machine()})",
+                "results": results,
+            }
+            report_path.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
         if summary["failed"]:
-            raise CheckFailed(f"{summary['failed']} input(s) unreachable or changed")
+            raise CheckFailed(f"{summary['failed']} input(s) unreachable, changed or not locked")
         return
     from imagebuild.lock import resolve
 

@@ -1,0 +1,362 @@
+"""`imagebuild lock --check-remote` against real servers on 127.0.0.1: a docker-registry with token auth turned on
+(and its token server), git daemon, a PEP 503 index; hosts that refuse or never answer come back within the deadline.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.server
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+import requests
+
+from imagebuild.lock import images, lockfile, remote
+
+REPO = Path(__file__).resolve().parents[1]
+SERVICE, ISSUER = "h23-registry", "h23-token-issuer"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+class TokenServer:
+    """Issues RS256 JWTs (x5c header: the certificate the registry trusts) for whatever scope is asked."""
+
+    def __init__(self, root: Path) -> None:
+        self.key, self.cert = root / "key.pem", root / "cert.pem"
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(self.key), "-out",
+             str(self.cert), "-days", "2", "-subj", "/CN=h23-token"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        der = subprocess.run(
+            ["openssl", "x509", "-in", str(self.cert), "-outform", "DER"], check=True, capture_output=True
+        ).stdout
+        self.x5c = base64.b64encode(der).decode()
+        self.issued = 0
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                query = parse_qs(urlparse(self.path).query)
+                token = owner.token(query.get("scope", [""])[0])
+                body = json.dumps({"token": token, "access_token": token}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/token"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def token(self, scope: str) -> str:
+        self.issued += 1
+        access = []
+        if scope:
+            kind, name, actions = scope.split(":")
+            access = [{"type": kind, "name": name, "actions": actions.split(",")}]
+        now = int(time.time())
+        header = {"typ": "JWT", "alg": "RS256", "x5c": [self.x5c]}
+        claims = {"iss": ISSUER, "sub": "h23", "aud": SERVICE, "exp": now + 600, "nbf": now - 10, "iat": now,
+                  "jti": f"h23-{self.issued}", "access": access}  # fmt: skip
+        signing = f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}"
+        sig = subprocess.run(
+            ["openssl", "dgst", "-sha256", "-sign", str(self.key)], input=signing.encode(), check=True,
+            capture_output=True,
+        ).stdout  # fmt: skip
+        return f"{signing}.{_b64(sig)}"
+
+
+class TokenRegistry:
+    def __init__(self, root: Path, tokens: TokenServer) -> None:
+        self.addr = f"127.0.0.1:{_free_port()}"
+        self.root = root
+        (root / "data").mkdir(parents=True)
+        config = root / "config.yml"
+        config.write_text(
+            "version: 0.1\nlog: {level: warn}\n"
+            f"storage: {{filesystem: {{rootdirectory: {root / 'data'}}}}}\n"
+            f"http: {{addr: {self.addr}}}\n"
+            f"auth: {{token: {{realm: '{tokens.url}', service: {SERVICE}, issuer: {ISSUER}, "
+            f"rootcertbundle: {tokens.cert}}}}}\n"
+        )
+        self.tokens = tokens
+        log = open(root / "registry.log", "ab")  # noqa: SIM115 - closed with the process
+        self.proc = subprocess.Popen(
+            ["docker-registry", "serve", str(config)], stdout=log, stderr=log, start_new_session=True
+        )
+        for _ in range(100):
+            try:
+                requests.get(f"http://{self.addr}/v2/", timeout=1)
+                return
+            except requests.RequestException:
+                time.sleep(0.1)
+        raise RuntimeError(f"token registry did not start: {(root / 'registry.log').read_text()[-500:]}")
+
+    def push(self, repo: str, tag: str, arch: str) -> str:
+        """A one-layer image for linux/<arch> under tag; returns the manifest digest."""
+        auth = {"Authorization": f"Bearer {self.tokens.token(f'repository:{repo}:pull,push')}"}
+        base = f"http://{self.addr}/v2/{repo}"
+        blobs = []
+        config = json.dumps({"architecture": arch, "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}})
+        for data in (config.encode(), os.urandom(64)):
+            digest = "sha256:" + hashlib.sha256(data).hexdigest()
+            start = requests.post(f"{base}/blobs/uploads/", headers=auth, timeout=10)
+            assert start.status_code == 202, start.text
+            location = start.headers["Location"]
+            location = location if location.startswith("http") else f"http://{self.addr}{location}"
+            sep = "&" if "?" in location else "?"
+            done = requests.put(f"{location}{sep}digest={digest}", data=data, headers=auth, timeout=10)
+            assert done.status_code == 201, done.text
+            blobs.append((digest, len(data)))
+        (config_digest, config_size), (layer_digest, layer_size) = blobs
+        manifest = {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": config_digest,
+                "size": config_size,
+            },
+            "layers": [
+                {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": layer_digest, "size": layer_size}
+            ],
+        }
+        body = json.dumps(manifest).encode()
+        put = requests.put(
+            f"{base}/manifests/{tag}",
+            data=body,
+            headers={**auth, "Content-Type": manifest["mediaType"]},
+            timeout=10,
+        )
+        assert put.status_code == 201, put.text
+        return "sha256:" + hashlib.sha256(body).hexdigest()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def token_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TokenRegistry]:
+    for tool in ("docker-registry", "openssl"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (scripts/setup.sh installs docker-registry)")
+    root = tmp_path_factory.mktemp("h23-token-registry")
+    reg = TokenRegistry(root / "registry", TokenServer(root))
+    yield reg
+    reg.stop()
+    reg.tokens.httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def git_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, str]]:
+    """(url, first commit, its tree) of a repository served by git daemon on 127.0.0.1."""
+    root = tmp_path_factory.mktemp("h23-git")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "h23", "GIT_AUTHOR_EMAIL": "h23@example.invalid",
+           "GIT_COMMITTER_NAME": "h23", "GIT_COMMITTER_EMAIL": "h23@example.invalid"}  # fmt: skip
+    src = root / "src"
+    subprocess.run(["git", "init", "-q", str(src)], check=True, env=env)
+    (src / "setup.py").write_text("print('one')\n")
+    subprocess.run(["git", "-C", str(src), "add", "."], check=True, env=env)
+    subprocess.run(["git", "-C", str(src), "commit", "-q", "-m", "one"], check=True, env=env)
+    first = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    tree = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD^{tree}"], capture_output=True, text=True)
+    (src / "setup.py").write_text("print('two')\n")
+    subprocess.run(["git", "-C", str(src), "commit", "-q", "-am", "two"], check=True, env=env)
+    (root / "srv").mkdir()
+    subprocess.run(["git", "clone", "-q", "--bare", str(src), str(root / "srv" / "r.git")], check=True, env=env)
+    port = _free_port()
+    daemon = subprocess.Popen(
+        ["git", "daemon", "--export-all", f"--base-path={root / 'srv'}", "--listen=127.0.0.1", f"--port={port}",
+         "--reuseaddr", str(root / "srv")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    url = f"git://127.0.0.1:{port}/r.git"
+    for _ in range(100):
+        if subprocess.run(["git", "ls-remote", url], capture_output=True).returncode == 0:
+            break
+        time.sleep(0.1)
+    yield url, first.stdout.strip(), tree.stdout.strip()
+    os.kill(daemon.pid, signal.SIGKILL)
+    daemon.wait(timeout=10)
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that accepts connections and never answers."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+def _doc(inputs: dict) -> dict:
+    return {"schema_version": lockfile.SCHEMA_VERSION, "inputs": inputs, "targets": {}}
+
+
+def _image(ref: str, digest: str | None) -> dict:
+    spec = {"ref": ref, "platforms": ["linux/amd64"], "local": False}
+    return {"spec": spec, "status": "locked", "digest": digest} if digest else {"spec": spec, "status": "unresolved"}
+
+
+def _by_key(results: list[dict]) -> dict[str, dict]:
+    return {r["key"]: r for r in results}
+
+
+def test_lock_resolves_a_tag_through_the_token_flow_per_platform(token_registry: TokenRegistry) -> None:
+    pushed = token_registry.push("h23/base", "v1", "amd64")
+    anonymous = requests.get(f"http://{token_registry.addr}/v2/h23/base/manifests/v1", timeout=5)
+    assert anonymous.status_code == 401 and "Bearer" in anonymous.headers["WWW-Authenticate"]  # token auth is on
+    issued = token_registry.tokens.issued
+    entry = images.resolve_remote(f"{token_registry.addr}/h23/base:v1", ["linux/amd64"], limit=10)
+    assert entry["digest"] == pushed and entry["platforms"] == {"linux/amd64": pushed}
+    assert token_registry.tokens.issued > issued  # the client asked the realm for a pull token
+
+
+def test_check_remote_says_ok_then_changed_when_the_tag_moves(token_registry: TokenRegistry) -> None:
+    ref = f"{token_registry.addr}/h23/moving:v1"
+    first = token_registry.push("h23/moving", "v1", "amd64")
+    doc = _doc({f"image:{ref}": _image(ref, first)})
+    [ok] = remote.check(doc, None, limit=10, jobs=4)
+    assert ok["status"] == "ok" and first in ok["detail"]
+    second = token_registry.push("h23/moving", "v1", "amd64")  # new random layer: a new digest under the tag
+    [moved] = remote.check(doc, None, limit=10, jobs=4)
+    assert moved["status"] == "changed"
+    assert f"expected {first} got {second}" in moved["detail"]
+
+
+def test_git_inputs_ok_changed_and_unreachable(git_daemon: tuple[str, str, str], silent_port: int) -> None:
+    url, commit, tree = git_daemon
+    gone = "0123456789abcdef0123456789abcdef01234567"
+    closed = _free_port()
+
+    def git(u: str, c: str, t: str | None) -> dict:
+        return {"spec": {"url": u, "commit": c, "ref": None}, "status": "locked", "tree": t}
+
+    doc = _doc({
+        "git:ok": git(url, commit, tree),
+        "git:gone": git(url, gone, None),
+        "git:refused": git(f"git://127.0.0.1:{closed}/r.git", commit, tree),
+        "git:silent": git(f"git://127.0.0.1:{silent_port}/r.git", commit, tree),
+    })  # fmt: skip
+    started = time.monotonic()
+    results = _by_key(remote.check(doc, None, limit=2, jobs=4))
+    took = time.monotonic() - started
+    assert results["git:ok"]["status"] == "ok", results["git:ok"]
+    assert results["git:gone"]["status"] == "changed" and gone[:12] in results["git:gone"]["detail"]
+    assert results["git:refused"]["status"] == "unreachable"
+    assert results["git:silent"]["status"] == "unreachable" and "within 2 s" in results["git:silent"]["detail"]
+    assert took < 8, f"the checks ran in parallel within the deadline, took {took:.1f} s"
+
+
+def test_unreachable_registries_come_back_within_the_deadline(silent_port: int) -> None:
+    closed = _free_port()
+    silent = f"127.0.0.1:{silent_port}/h23/x:v1"
+    refused = f"127.0.0.1:{closed}/h23/x:v1"
+    doc = _doc({f"image:{silent}": _image(silent, "sha256:" + "0" * 64),
+                f"image:{refused}": _image(refused, "sha256:" + "0" * 64)})  # fmt: skip
+    started = time.monotonic()
+    results = _by_key(remote.check(doc, None, limit=1.5, jobs=4))
+    assert time.monotonic() - started < 5
+    assert results[f"image:{silent}"]["status"] == "unreachable"
+    assert "within 1.5 s" in results[f"image:{silent}"]["detail"]
+    assert results[f"image:{refused}"]["status"] == "unreachable"
+
+
+def test_pip_files_checked_against_a_simple_index(tmp_path: Path) -> None:
+    """A PEP 503 page served on 127.0.0.1: the locked hash matches, a changed one and a vanished file do not."""
+    good = hashlib.sha256(b"wheel").hexdigest()
+    page = tmp_path / "simple" / "demo"
+    page.mkdir(parents=True)
+    (page / "index.html").write_text(
+        f'<a href="../../files/demo-1.0-py3-none-any.whl#sha256={good}">demo-1.0-py3-none-any.whl</a>\n'
+        f'<a href="../../files/demo-1.1-py3-none-any.whl#sha256={"e" * 64}">demo-1.1-py3-none-any.whl</a>\n'
+    )
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: Quiet(*a, directory=str(tmp_path)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    index = f"http://127.0.0.1:{httpd.server_address[1]}/simple"
+
+    def pip(version: str, sha: str) -> dict:
+        name = f"demo-{version}-py3-none-any.whl"
+        files = [{"file": name, "sha256": sha, "url": f"{index}/../files/{name}"}]
+        spec = {"requirements": ["demo"], "index_url": index, "python": "3.11", "platform": "x86_64-manylinux_2_28"}
+        return {"spec": spec, "status": "locked", "packages": [{"name": "demo", "version": version, "files": files}]}
+
+    try:
+        results = _by_key(
+            remote.check(
+                _doc({"pip:ok": pip("1.0", good), "pip:hash": pip("1.1", "f" * 64), "pip:gone": pip("2.0", good)}),
+                None,
+                limit=5,
+                jobs=4,
+            )
+        )
+    finally:
+        httpd.shutdown()
+    assert results["pip:ok"]["status"] == "ok"
+    assert (
+        results["pip:hash"]["status"] == "changed"
+        and f"expected sha256 {'f' * 64} got {'e' * 64}" in (results["pip:hash"]["detail"])
+    )
+    assert results["pip:gone"]["status"] == "changed" and "no longer on" in results["pip:gone"]["detail"]
+
+
+def test_cli_exit_code_one_line_per_input_and_nothing_written(
+    tmp_path: Path, cli, token_registry: TokenRegistry, git_daemon: tuple[str, str, str], silent_port: int
+) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    shutil.copy(REPO / "matrix.yaml", root / "matrix.yaml")
+    ref = f"{token_registry.addr}/h23/cli:v1"
+    digest = token_registry.push("h23/cli", "v1", "amd64")
+    url, commit, tree = git_daemon
+    inputs = {
+        f"image:{ref}": _image(ref, digest),
+        "git:local": {"spec": {"url": url, "commit": commit, "ref": None}, "status": "locked", "tree": tree},
+    }
+    lock = root / lockfile.LOCK_NAME
+    lock.write_text(json.dumps(_doc(inputs)))
+    before = sorted(p.name for p in root.iterdir())
+    ok = cli("--matrix", str(root / "matrix.yaml"), "lock", "--check-remote", "--deadline", "5")
+    assert ok.exit_code == 0, ok.stderr
+    assert ok.stdout.count("\nok ") + ok.stdout.startswith("ok ") == 2 and "2 input(s): 2 ok" in ok.stdout
+    silent = f"127.0.0.1:{silent_port}/h23/x:v1"
+    inputs[f"image:{silent}"] = _image(silent, "sha256:" + "0" * 64)
+    lock.write_text(json.dumps(_doc(inputs)))
+    text = lock.read_text()
+    bad = cli("--matrix", str(root / "matrix.yaml"), "lock", "--check-remote", "--deadline", "1")
+    assert bad.exit_code == 1 and bad.exception is None
+    assert f"unreachable image:{silent}: " in bad.stdout and "error: 1 input(s)" in bad.stderr
+    assert lock.read_text() == text and sorted(p.name for p in root.iterdir()) == before  # nothing written
