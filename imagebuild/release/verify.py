@@ -17,6 +17,7 @@ from imagebuild.engine.registry import Registry, RegistryError, RepoRef
 from imagebuild.errors import ConfigError
 from imagebuild.release import attest
 from imagebuild.release.index import index_children
+from imagebuild.release.ociindex import IndexMismatch
 from imagebuild.release.publish import report_refusal
 from imagebuild.release.sbom import validate
 from imagecontract.models import SmokeReport
@@ -82,6 +83,9 @@ def _check_sbom(v: Verification, statements: list[dict[str, Any]]) -> None:
             v.add("sbom", False, f"the SBOM attestation is not valid CycloneDX 1.6: {error}")
             return
         components = stmt["predicate"].get("components") or []
+        if not isinstance(components, list) or not components:
+            v.add("sbom", False, "the SBOM attestation lists no components")
+            return
         kinds = [str(c.get("bom-ref", "")).split(":", 1)[0] for c in components]
         counts = ", ".join(f"{kinds.count(k)} {k}" for k in ("deb", "pypi", "built"))
         v.add(
@@ -94,7 +98,18 @@ def _check_provenance(v: Verification, statements: list[dict[str, Any]], labels:
     for stmt in statements:
         params = ((stmt.get("predicate") or {}).get("buildDefinition") or {}).get("externalParameters") or {}
         matrix = params.get("matrix") or {}
-        if params.get("target") != labels.get("io.imagebuild.target"):
+        matrix = matrix if isinstance(matrix, dict) else {}
+        # Nothing equals nothing: a provenance without a target or matrix, or an image without the label, fails
+        # by name before any comparison.
+        if not params.get("target"):
+            v.add("provenance", False, "names no target (buildDefinition.externalParameters.target)")
+        elif not labels.get("io.imagebuild.target"):
+            v.add("provenance", False, "the image has no io.imagebuild.target label to compare it with")
+        elif not matrix.get("sha256"):
+            v.add("provenance", False, "names no matrix (buildDefinition.externalParameters.matrix.sha256)")
+        elif not labels.get("io.imagebuild.matrix-sha256"):
+            v.add("provenance", False, "the image has no io.imagebuild.matrix-sha256 label to compare it with")
+        elif params.get("target") != labels.get("io.imagebuild.target"):
             v.add("provenance", False, f"names target {params.get('target')}, the image is {v.target}")
         elif matrix.get("sha256") != labels.get("io.imagebuild.matrix-sha256"):
             v.add("provenance", False, "its matrix sha256 differs from the image's io.imagebuild.matrix-sha256")
@@ -136,7 +151,11 @@ def verify_image(text: str, verifier: Verifier, need_smoke: bool = True) -> Veri
         if v.digest is None:
             v.add("image", False, f"{text} does not exist in {repo.host}")
             return v
-        children = index_children(registry, repo, v.digest)
+        try:
+            children = index_children(registry, repo, v.digest)
+        except IndexMismatch as exc:  # duplicate or platform-less entries: what a pull gets is not decided
+            v.add("index", False, str(exc))
+            return v
         if children is not None:  # an OCI index: its own signature, then each platform's image in full
             _check_signature(v, f"{repo}@{v.digest}", verifier)
             return _verify_children(v, repo, children, verifier, need_smoke)
