@@ -244,11 +244,12 @@ install_cosign() {
     echo "${COSIGN_DEB_VERSION} $(sha256sum /usr/local/bin/cosign | cut -d' ' -f1)" >"$stamp"
 }
 
-# docker-buildx, the same way, as a standalone program (`docker-buildx imagetools inspect` shows an index). Not in
-# the CLI's plugin folder: there `imagebuild build` would take it, and its docker driver (this engine has no
-# containerd image store) refuses the registry cache export CI uses (`--cache-to type=registry`).
+# docker-buildx, the same way, as a plugin of every docker client (the system plugin folder): on the default engine
+# (containerd image store) `imagebuild build` runs `docker buildx build`, one build for every platform; on the 20.10
+# engine it keeps `DOCKER_BUILDKIT=1 docker build`, as buildx's docker driver there refuses registry cache export
+# (imagebuild/engine/docker.py decides by the engine's image store).
 BUILDX_DEB_VERSION="0.13.1+ds1-3"
-BUILDX_PLUGIN=/usr/local/lib/imagebuild/docker-buildx
+BUILDX_PLUGIN=/usr/local/lib/docker/cli-plugins/docker-buildx
 
 install_buildx() {
     local stamp="$TRIXIE_DIR/buildx.installed"

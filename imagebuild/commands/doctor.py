@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from imagebuild.commands.common import echo_json
+from imagebuild.engine.features import FEATURES
 from imagebuild.engine.reference import image_argument
 from imagebuild.errors import ConfigError
 from imagebuild.prove.doctor import as_dict, describe, gather
@@ -48,14 +49,39 @@ def image_arches(obj: dict[str, object], given: str) -> tuple[str, list[str], st
         client.api.remove_container(container["Id"], force=True)
 
 
+def engine_report(require: tuple[str, ...]) -> dict[str, object]:
+    """The engine's versions, image store and features; a --require'd feature it lacks is a ConfigError (exit 2)."""
+    from imagebuild.engine.docker import find_engine
+    from imagebuild.engine.features import engine_facts
+
+    try:
+        engine = find_engine()
+    except ConfigError as exc:
+        if require:
+            raise
+        return {"error": exc.message}
+    for feature in require:
+        engine.require(feature, f"doctor --require {feature}")
+    return engine_facts(engine.describe(), engine.facts)
+
+
 @click.command("doctor")
 @click.argument("image", required=False, callback=image_argument)
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON.")
+@click.option(
+    "--require",
+    "require",
+    multiple=True,
+    type=click.Choice(list(FEATURES)),
+    help="An engine feature that must be there (exit 2 naming it when not).",
+)
 @click.pass_obj
-def command(obj: dict[str, object], image: str | None, as_json: bool) -> None:
+def command(obj: dict[str, object], image: str | None, as_json: bool, require: tuple[str, ...]) -> None:
     """Host GPUs, driver, device nodes (numeric group IDs, can this user open them), whether IMAGE's arches cover
-    the GPUs, and the docker run / compose / Kubernetes settings for this host."""
+    the GPUs, the docker run / compose / Kubernetes settings for this host, and the container engine: versions,
+    image store, and features (multi-platform in one build, OCI media types on push, timestamp rewriting)."""
     facts = gather()
+    facts.engine = engine_report(require)
     if image is not None:
         image_id, facts.image_arches, note = image_arches(obj, image)
         facts.image = image

@@ -17,6 +17,7 @@ from imagebuild.release import signing_options as signing
 from imagebuild.release.publish import (
     PublishResult,
     find_passing_report,
+    gate_ids,
     promote,
     public_tags,
     publish_image,
@@ -90,6 +91,13 @@ def _gate(result: PublishResult, image_id: str, found: tuple[list[Path], bool], 
     help="--promote: staged per-platform HOST/REPO@sha256:... to promote as one index (IMAGE: -).",
 )
 @click.option("--promote", is_flag=True, help="IMAGE is a staged HOST/REPO@sha256:...: copy it, do not push.")
+@click.option(
+    "--oci",
+    "require_oci",
+    is_flag=True,
+    help="Require OCI media types: exit 2 before any push on an engine without them, exit 5 if what was pushed "
+    "reads back otherwise (no public tag moves).",
+)
 @signing.signing_options
 @click.pass_obj
 def command(
@@ -103,6 +111,7 @@ def command(
     platforms: tuple[str, ...],
     index_of: tuple[str, ...],
     promote: bool,
+    require_oci: bool,
 ) -> None:
     """Publish TARGET|IMAGE to --registry, only when smoked; tags move only onto a verified digest."""
     from imagebuild.commands.smoke import target_names
@@ -114,25 +123,40 @@ def command(
     signing.check_options()  # signing usage errors, and the key password read, before anything is pushed
     if index_of and not promote:
         raise ConfigError("--index-of goes with --promote")
+    if require_oci and promote:
+        raise ConfigError("--oci goes with a push, not --promote (promote copies what is staged, media types and all)")
     if promote:
         image = index.stage_index(index_of, _log) if index_of else image
         given = (image, dest, list(tags), reports[0], allow_unsmoked, out_path, root)
         if not index.promote_index(*given, _recorded, _log, staged_here=bool(index_of)):  # an index: children gated
             _promote(image, dest, tags, reports, allow_unsmoked, out_path, root)
         return
-    from imagebuild.engine.docker import docker_client, resolve_image
+    from imagebuild.engine.docker import docker_client, find_engine, resolve_image
 
+    if require_oci:  # before anything is pushed: one error line naming the feature and the engine that has it
+        find_engine().require("oci-media-types", "publish --oci")
     client = docker_client()
     listed = index.chosen_platforms(matrix_path, image, platforms)
     if len(listed) > 1:  # one OCI index per tag, every platform smoked (issue 15)
         index.publish_target_index(
-            client, image, listed, dest, root, reports[0], allow_unsmoked, list(tags), out_path, _recorded, _log
+            client,
+            image,
+            listed,
+            dest,
+            root,
+            reports[0],
+            allow_unsmoked,
+            list(tags),
+            out_path,
+            _recorded,
+            _log,
+            require_oci,
         )
         return
     if listed:  # one platform of the target: its image alone
         image = index.local_name(image, listed[0], index.target_platforms(matrix_path, image)[0])
     name, found, ref = resolve_image(client, image, target_names(matrix_path), root)
-    result = PublishResult(image=image, image_id=ref.image_id, repository=str(dest), ref=ref)
+    result = PublishResult(image=image, image_id=ref.image_id, repository=str(dest), ref=ref, require_oci=require_oci)
     out = out_path or root / "build" / "publish" / name / "publish-report.json"
     with _recorded(result, out):
         _gate(result, ref.image_id, reports, allow_unsmoked)
@@ -160,7 +184,9 @@ def _promote(
     wanted = list(tags) or ([ref.target] if ref.target else [])
     if not wanted:
         raise ConfigError(f"{source} has no io.imagebuild.target label", hint="pass --tag")
-    result = PublishResult(image=source, image_id=ref.image_id, repository=str(dest), ref=ref)
+    # the ID smoke recorded: the config digest (graph-driver engine) or the manifest digest (containerd store)
+    smoked = next((i for i in gate_ids(ref.image_id, ref.digest) if find_passing_report(i, reports[0])), ref.image_id)
+    result = PublishResult(image=source, image_id=smoked, repository=str(dest), ref=ref)
     out = out_path or root / "build" / "publish" / wanted[0] / "publish-report.json"
 
     def sign(digest: str) -> None:  # the digest copied into dest, before any public tag there moves
@@ -169,7 +195,7 @@ def _promote(
 
     with _recorded(result, out):
         signing.before_promote(source)
-        _gate(result, ref.image_id, reports, allow_unsmoked)
+        _gate(result, smoked, reports, allow_unsmoked)
         result.digest, result.refs = promote(source, dest, wanted, _log, sign if signing.wanted() else None)
         result.staging_ref = source
         result.digest_ref = f"{dest}@{result.digest}"

@@ -68,6 +68,7 @@ def publish_target_index(
     out_path: Path | None,
     recorded: Recorder,
     log: Callable[[str], None],
+    require_oci: bool = False,
 ) -> None:
     """Gate every platform on its own smoke, push and verify each, then one verified index per tag (signed)."""
     from imagebuild.engine.docker import resolve_image
@@ -85,12 +86,15 @@ def publish_target_index(
         images.append(PlatformImage(platform, name, found, ref))
     first = images[0]
     result = PublishResult(image=target, image_id=first.ref.image_id, repository=str(dest), ref=first.ref)
+    result.require_oci = require_oci
     out = out_path or root / "build" / "publish" / target / "publish-report.json"
     with recorded(result, out):
         gate(images, reports, allow_unsmoked, warn)
         result.smoke_report = ", ".join(str(i.report) for i in images if i.report)
         children_results = {
-            i.platform: PublishResult(image=i.name, image_id=i.ref.image_id, repository=str(dest), ref=i.ref)
+            i.platform: PublishResult(
+                image=i.name, image_id=i.ref.image_id, repository=str(dest), ref=i.ref, require_oci=result.require_oci
+            )
             for i in images
         }
         children = push_children(client, images, dest, children_results, log)
@@ -150,7 +154,9 @@ def promote_index(
         # its children now
         for ref in [f"{src}@{d}" for d in found.values()] if staged_here else [source]:
             signing.before_promote(ref)
-        passing = {p: find_passing_report(i, reports) for p, i in ids.items()}
+        passing = {  # by config digest (graph-driver engine) or manifest digest (containerd image store)
+            p: find_passing_report(i, reports) or find_passing_report(found[p], reports) for p, i in ids.items()
+        }
         for platform, report in passing.items():
             if report is None and not allow_unsmoked:
                 raise PublishFailed(

@@ -1,10 +1,13 @@
 """The container engine, in one place: the BuildKit-capable client, the SDK client, device flags per GPU kind,
 and which image a name means.
 
-Client order: `docker buildx` where it exists and works, else a docker client that still runs BuildKit natively
-with `DOCKER_BUILDKIT=1` (clients before 23.0; Debian's 20.10 at /usr/bin/docker). Newer clients without
-buildx (28.x) cannot, so they are skipped. No engine, no BuildKit, or an engine that does not answer within
-IMAGEBUILD_ENGINE_TIMEOUT seconds (an address that accepts and never replies) is a ConfigError (exit 2).
+How a build runs depends on the engine (issue 22). With the containerd image store (Docker 26.1 as
+scripts/setup.sh starts it) builds go through `docker buildx build` (docker driver): one build can export every
+platform as one local index with OCI media types. On a graph-driver engine (Docker 20.10) a client that still runs
+BuildKit natively with `DOCKER_BUILDKIT=1` (clients before 23.0; Debian's 20.10 at /usr/bin/docker) is preferred:
+buildx's docker driver there refuses registry cache export. A client that has neither (28.x without buildx) is
+skipped. No engine, no BuildKit, or an engine that does not answer within IMAGEBUILD_ENGINE_TIMEOUT seconds (an
+address that accepts and never replies) is a ConfigError (exit 2). What the engine can do: engine.features.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from imagebuild.engine.features import CONTAINERD_STORE, EngineFacts, vendored_buildkit
 from imagebuild.errors import ConfigError
 from imagebuild.plan.imageref import ImageRef, local_tag, read_record
 
@@ -46,14 +50,29 @@ class Engine:
     client_version: str
     server_version: str
     env: dict[str, str] = field(default_factory=dict)
+    store: str = ""  # "containerd" (the containerd image store) or the graph driver (overlay2); "" unknown
+    buildkit: str = "unknown"  # the BuildKit version inside the engine
 
     def build_prefix(self) -> list[str]:
         """The argv that starts a build, before the build flags."""
         return [self.client, "buildx", "build"] if self.mode == "buildx" else [self.client, "build"]
 
+    @property
+    def facts(self) -> EngineFacts:
+        return EngineFacts(self.server_version, self.store, self.buildkit, self.mode == "buildx")
+
+    def has(self, feature: str) -> bool:
+        """multi-platform, oci-media-types or timestamp-rewriting (engine.features)."""
+        return self.facts.missing(feature) is None
+
+    def require(self, feature: str, needed_by: str) -> None:
+        """ConfigError (exit 2) naming the feature and the engine that has it, when this one lacks it."""
+        self.facts.require(feature, needed_by)
+
     def describe(self) -> str:
         how = "docker buildx build" if self.mode == "buildx" else "DOCKER_BUILDKIT=1 docker build"
-        return f"{how} ({self.client}, client {self.client_version}, engine {self.server_version})"
+        store = f", {self.store} image store" if self.store else ""
+        return f"{how} ({self.client}, client {self.client_version}, engine {self.server_version}{store})"
 
 
 def _candidates() -> list[str]:
@@ -106,33 +125,59 @@ def _buildx_plugin_exists() -> bool:
     return any((folder / "docker-buildx").exists() for folder in dirs)
 
 
+def image_store(driver: str, driver_status: str) -> str:
+    """`docker info`'s Driver and DriverStatus (JSON) -> "containerd" for the containerd image store, else the driver.
+
+    With the containerd store the driver is a snapshotter (overlayfs) and DriverStatus says
+    `driver-type io.containerd.snapshotter.v1`."""
+    return CONTAINERD_STORE if "io.containerd.snapshotter" in driver_status else driver.strip()
+
+
 def _probe(client: str, buildx_possible: bool) -> Engine | str:
-    """An Engine for this client, or the reason it cannot build with BuildKit."""
-    version = _run([client, "version", "--format", "{{.Client.Version}}|{{.Server.Version}}"])
-    client_version, _, server_version = version.stdout.strip().partition("|")
-    if version.returncode != 0 or not server_version:
-        detail = (version.stderr.strip().splitlines() or ["no answer"])[-1]
-        return f"{client}: no engine ({detail})"
-    if buildx_possible and _run([client, "buildx", "version"]).returncode == 0:
-        return Engine(client, "buildx", client_version, server_version)
-    if _major(client_version) <= _LAST_NATIVE_BUILDKIT_MAJOR:
-        return Engine(client, "buildkit", client_version, server_version, {"DOCKER_BUILDKIT": "1"})
+    """An Engine for this client, or the reason it cannot build with BuildKit.
+
+    The version and the image store are asked concurrently (two client processes); buildx is asked only when a
+    plugin file exists."""
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        asked = pool.submit(_run, [client, "version", "--format", "{{.Client.Version}}|{{.Server.Version}}"])
+        info = pool.submit(_run, [client, "info", "--format", "{{.Driver}}|{{json .DriverStatus}}"])
+        buildx = pool.submit(_run, [client, "buildx", "version"]) if buildx_possible else None
+        version = asked.result()
+        client_version, _, server_version = version.stdout.strip().partition("|")
+        if version.returncode != 0 or not server_version:
+            detail = (version.stderr.strip().splitlines() or ["no answer"])[-1]
+            return f"{client}: no engine ({detail})"
+        driver, _, status = info.result().stdout.strip().partition("|")
+        has_buildx = buildx is not None and buildx.result().returncode == 0
+    store = image_store(driver, status)
+    native = _major(client_version) <= _LAST_NATIVE_BUILDKIT_MAJOR
+    facts = {"store": store, "buildkit": vendored_buildkit(server_version)}
+    if has_buildx and (store == CONTAINERD_STORE or not native):
+        return Engine(client, "buildx", client_version, server_version, **facts)
+    if native:
+        return Engine(client, "buildkit", client_version, server_version, {"DOCKER_BUILDKIT": "1"}, **facts)
     return f"{client}: client {client_version} has no buildx plugin and cannot run BuildKit"
+
+
+def _preference(engine: Engine) -> int:
+    """0 for the way this engine's builds should run (buildx on the containerd store, else native BuildKit)."""
+    return int((engine.store == CONTAINERD_STORE) != (engine.mode == "buildx"))
 
 
 @lru_cache(maxsize=1)
 def find_engine() -> Engine:
     """The first client that has BuildKit and reaches an engine; ConfigError (exit 2) naming why not.
 
-    Candidates are probed concurrently (each probe is a process or two), then taken in PATH order.
+    Candidates are probed concurrently (each probe is a process or three), then taken in PATH order, a client
+    that builds the way the engine's store wants (_preference) before one that does not.
     """
     candidates = _candidates()
     buildx_possible = _buildx_plugin_exists()
     with ThreadPoolExecutor(max_workers=max(1, len(candidates))) as pool:
         outcomes = list(pool.map(lambda client: _probe(client, buildx_possible), candidates))
-    for outcome in outcomes:
-        if isinstance(outcome, Engine):
-            return outcome
+    engines = [outcome for outcome in outcomes if isinstance(outcome, Engine)]
+    if engines:
+        return min(engines, key=_preference)  # min keeps the first of equals: PATH order
     reasons = [str(outcome) for outcome in outcomes] or ["no docker client on PATH"]
     raise ConfigError(
         "no BuildKit-capable container engine: " + "; ".join(reasons),

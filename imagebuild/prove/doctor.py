@@ -4,8 +4,10 @@ exact container flags (docker run, compose, Kubernetes) that give a container th
 The facts come from imagecontract.driver, the same reader the in-image preflight uses, so the host and the
 container judge a GPU by one rule (imagecontract.preflight.covers). Group IDs are printed as numbers: the
 `video`/`render` names inside an image rarely map to the host's IDs, and `--group-add NAME` resolves names in
-the image. Stdlib only (the command layer adds click and the engine), so it also runs where imagebuild's
-dependencies are not installed: `python3 -m imagebuild.prove.doctor [--json] [--arch LIST]`.
+the image. With the engine (commands/doctor.py asks it): Docker and BuildKit versions, the image store, and which
+of multi-platform in one build, OCI media types on push and timestamp rewriting it gives (engine.features).
+Stdlib only (the command layer adds click and the engine), so it also runs where imagebuild's dependencies are not
+installed: `python3 -m imagebuild.prove.doctor [--json] [--arch LIST]`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class HostFacts:
     image: str | None = None
     image_arches: list[str] | None = None
     notes: list[str] = field(default_factory=list)
+    engine: dict[str, object] | None = None  # the container engine (engine_facts), when one was asked
 
     @property
     def group_ids(self) -> list[int]:
@@ -126,8 +129,26 @@ def kubernetes_snippet(facts: HostFacts) -> str:
     return "\n".join([*lines, f"          {resource}: {max(1, len(facts.gpus))}"])
 
 
+def engine_lines(engine: dict[str, object]) -> list[str]:
+    """The engine section: versions, image store, how builds run, and each feature (with why not and who has it)."""
+    if engine.get("error"):
+        return [f"engine: none ({engine['error']})"]
+    lines = [
+        f"engine: Docker {engine['version']}, {engine['store']} image store, BuildKit {engine['buildkit']}",
+        f"  builds with {engine['builds_with']}",
+    ]
+    features = engine.get("features")
+    for feature in features if isinstance(features, list) else []:
+        if not isinstance(feature, dict):
+            continue
+        state = "yes" if feature["available"] else f"no ({feature['missing']}; {feature['has_it']} has it)"
+        lines.append(f"  {feature['title']}: {state}")
+    return lines
+
+
 def as_dict(facts: HostFacts) -> dict[str, object]:
     return {
+        "engine": facts.engine,
         "kind": facts.kind,
         "driver": facts.driver,
         "gpus": [{"index": g.index, "arch": g.arch, "name": g.name, "render": g.render} for g in facts.gpus],
@@ -145,7 +166,8 @@ def as_dict(facts: HostFacts) -> dict[str, object]:
 
 
 def describe(facts: HostFacts) -> list[str]:
-    lines = [f"driver: {facts.driver or 'none'} ({facts.kind})"]
+    lines = engine_lines(facts.engine) if facts.engine is not None else []
+    lines.append(f"driver: {facts.driver or 'none'} ({facts.kind})")
     lines += [
         f"  GPU {g.index}: {g.name}, {g.arch or 'arch unknown'}" + (f", {g.render}" if g.render else "")
         for g in facts.gpus

@@ -17,8 +17,14 @@ from typing import TYPE_CHECKING
 from imagebuild.engine.registry import Registry, RepoRef
 from imagebuild.errors import PublishFailed
 from imagebuild.matrix.oci import slug
-from imagebuild.release.ociindex import Child, assemble, read_index, verify_index
-from imagebuild.release.publish import PublishResult, find_passing_report, publish_image, with_retries
+from imagebuild.release.ociindex import Child, assemble, platform_manifest, read_index, verify_index
+from imagebuild.release.publish import (
+    PublishResult,
+    find_passing_report,
+    publish_image,
+    record_media_types,
+    with_retries,
+)
 
 if TYPE_CHECKING:
     import docker
@@ -71,13 +77,26 @@ def push_children(
     results: dict[str, PublishResult],
     log: Callable[[str], None],
 ) -> list[Child]:
-    """Push each platform's image under its staging tag and verify its digest; no public tag moves yet."""
+    """Push each platform's image under its staging tag and verify its digest; no public tag moves yet.
+
+    An engine with the containerd image store may hold a platform's image as an index (one build of every
+    platform, or BuildKit's attestations beside one platform): then its push is that index, and the child for this
+    platform is the manifest the index lists for it."""
+    registry = Registry(dest)
     children = []
     for item in images:
         result = results[item.platform]
         publish_image(client, item.image, item.name, dest, result, [], log)
         assert result.digest is not None  # publish_image sets it or raises
-        children.append(Child(item.platform, result.digest))
+        staged = result.digest
+        digest = with_retries(
+            f"reading {dest}@{staged}", lambda s=staged, p=item.platform: platform_manifest(registry, dest.repo, s, p)
+        )
+        if digest != staged:
+            log(f"{item.platform}: {dest}@{staged} is an index; its {item.platform} manifest is {digest}")
+            result.digest, result.digest_ref = digest, f"{dest}@{digest}"
+            record_media_types(result, registry, dest, digest)
+        children.append(Child(item.platform, digest))
     return children
 
 
@@ -96,6 +115,7 @@ def write_indexes(
     staging = f"staging-index-{children[0].digest.split(':')[-1][:12]}"
     digest = with_retries(f"writing the index to {dest}", lambda: assemble(registry, dest.repo, staging, children))
     result.digest, result.digest_ref, result.staging_ref = digest, f"{dest}@{digest}", f"{dest}:{staging}"
+    record_media_types(result, registry, dest, digest)
     if before_tags is not None:
         before_tags()
     for tag in tags:

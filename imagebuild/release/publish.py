@@ -6,6 +6,7 @@ from one repository to public tags of another without rebuilding.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -18,6 +19,7 @@ from imagebuild.engine.registry import Registry, RegistryError, RepoRef
 from imagebuild.envvars import env_int
 from imagebuild.errors import ConfigError, PublishFailed
 from imagebuild.plan.imageref import LOCAL_REPO, ImageRef
+from imagebuild.release.ociindex import OCI_INDEX, OCI_MANIFEST, media_types
 from imagecontract.atomic import write_atomic
 from imagecontract.models import ModelError, SmokeReport
 
@@ -93,6 +95,10 @@ class PublishResult:
     error: str | None = None
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     platforms: dict[str, str] = field(default_factory=dict)  # an index: OCI platform -> child digest
+    media_type: str | None = None  # of what `digest` names, as the registry serves it (read back after the push)
+    platform_media_types: dict[str, str] = field(default_factory=dict)  # an index: OCI platform -> child's type
+    attestations: list[str] = field(default_factory=list)  # BuildKit attestation manifests left out of the index
+    require_oci: bool = False  # --oci: anything but OCI media types read back stops the publish before any tag moves
     ref: ImageRef | None = None  # the image, as build or the registry recorded it; pushed: repository and digest
 
     def write(self, path: Path) -> None:
@@ -140,18 +146,59 @@ def public_tags(ref: ImageRef, given: str) -> list[str]:
     return [last.split(":", 1)[1]] if ":" in last and "@" not in given else ["latest"]
 
 
+# The containerd image store's push ends with this status line and sends no `aux` PushResult
+# (moby/moby@411e817ddf71 (v26.1.5):daemon/containerd/image_push.go:124); the graph-driver store sends both
+# (distribution/push_v2.go:256 there).
+_PUSHED = re.compile(r"(?P<tag>[\w][\w.-]{0,127}): digest: (?P<digest>sha256:[0-9a-f]{64}) size: [0-9]{1,12}")
+
+
+def pushed_digest(item: dict[str, Any], tag: str) -> str | None:
+    """The digest one push-stream message reports for tag: the aux PushResult (graph-driver store, Docker 20.10)
+    or the final status line (containerd image store, Docker 26.1); None for any other message."""
+    aux = item.get("aux")
+    if isinstance(aux, dict) and aux.get("Tag") == tag and isinstance(aux.get("Digest"), str):
+        return str(aux["Digest"])
+    status = item.get("status")
+    if isinstance(status, str) and len(status) <= 256 and (match := _PUSHED.fullmatch(status.strip())):
+        return match["digest"] if match["tag"] == tag else None
+    return None
+
+
 def push(client: docker.DockerClient, repo: RepoRef, tag: str) -> str:
     """Push repo:tag through the engine; returns the digest the engine computed (the local one)."""
     digest = ""
     for item in client.images.push(str(repo), tag=tag, stream=True, decode=True):
         if "error" in item:
             raise PushError(item.get("errorDetail", {}).get("message") or item["error"])
-        aux = item.get("aux") or {}
-        if aux.get("Tag") == tag and aux.get("Digest"):
-            digest = aux["Digest"]
+        digest = pushed_digest(item, tag) or digest
     if not digest:
         raise PushError(f"the engine reported no digest for {repo}:{tag}")
     return digest
+
+
+def gate_ids(image_id: str, digest: str | None) -> list[str]:
+    """The IDs a smoke report of a staged image may carry: an engine with the containerd image store names an
+    image by its manifest (or index) digest, a graph-driver engine by its config digest (the image ID)."""
+    return [image_id, *([digest] if digest and digest != image_id else [])]
+
+
+def record_media_types(result: PublishResult, registry: Registry, repo: RepoRef, digest: str) -> None:
+    """Read digest back and record what the registry serves: its media type, each platform child's, attestations.
+
+    With result.require_oci (publish --oci), anything but OCI media types is PublishFailed (exit 5): staged only,
+    no public tag has moved."""
+    types = with_retries(f"reading media types back from {repo.host}", lambda: media_types(registry, repo.repo, digest))
+    result.media_type, result.platform_media_types, result.attestations = (
+        types.media_type,
+        types.children,
+        types.attestations,
+    )
+    found = [types.media_type, *types.children.values()]
+    if result.require_oci and not all(t in (OCI_INDEX, OCI_MANIFEST) for t in found):
+        raise PublishFailed(
+            f"{repo}@{digest} reads back as {', '.join(sorted(set(found)))}, not OCI (--oci): no public tag moved",
+            hint="build it with buildx on an engine with the containerd image store (imagebuild doctor)",
+        )
 
 
 def publish_image(
@@ -180,6 +227,7 @@ def publish_image(
     remote = with_retries(f"reading the digest back from {repo.host}", lambda: registry.digest(repo.repo, staging_tag))
     if remote != local_digest:
         raise PublishFailed(f"digest mismatch for {result.staging_ref}: local {local_digest}, registry {remote}")
+    record_media_types(result, registry, repo, local_digest)
     result.digest = local_digest
     result.digest_ref = f"{repo}@{local_digest}"
     if before_tags is not None:

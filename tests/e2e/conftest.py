@@ -2,6 +2,12 @@
 may stop, and the local-cpu image built once per session (the slow part) and shared by every test.
 
 Without an engine these tests skip, unless IMAGEBUILD_REQUIRE_ENGINE=1 (CI), where they fail instead.
+
+Engines (issue 22): the default engine (DOCKER_HOST, else /var/run/docker.sock: Docker 26.1 with the containerd
+image store, as scripts/setup.sh starts it), or IMAGEBUILD_ENGINE=docker20 for the compatibility engine (Docker
+20.10 on its own socket, IMAGEBUILD_DOCKER20_SOCK). Tests marked engine_compat are the build, smoke and publish
+path that .ci/run runs against 20.10 too; there local_cpu builds linux/amd64 alone (20.10 builds each platform
+apart, the arm64 one emulated: the current engine's run covers both).
 """
 
 from __future__ import annotations
@@ -21,6 +27,40 @@ from typing import Any
 import pytest
 import requests
 from e2e_helpers import DOCKER, REGISTRY, Run, _unavailable, imagebuild
+
+ENGINES = ("default", "docker20")
+DOCKER20_SOCK = "/var/run/imagebuild-docker20.sock"
+# The build, smoke and publish path on one platform: what the compatibility run (IMAGEBUILD_ENGINE=docker20) runs.
+COMPAT = {
+    "test_build_e2e.py::test_local_cpu_image_carries_labels_manifest_and_tags",
+    "test_build_e2e.py::test_broken_step_exits_3_and_names_the_step",
+    "test_smoke_publish_e2e.py::test_smoke_runs_in_the_container_and_records_the_image_id",
+    "test_smoke_publish_e2e.py::test_publish_then_pull_back_by_digest",
+    "test_smoke_publish_e2e.py::test_failing_smoke_exits_4_and_cannot_be_published",
+    "test_smoke_publish_e2e.py::test_promote_copies_a_staged_digest_to_another_repository",
+    "test_engine_media_types_e2e.py::test_docker20_pushes_docker_schema2",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "engine_compat: the build, smoke and publish path; .ci/run runs it on Docker 20.10 too"
+    )
+    chosen = os.environ.get("IMAGEBUILD_ENGINE", "default")
+    if chosen not in ENGINES:
+        raise pytest.UsageError(f"IMAGEBUILD_ENGINE={chosen!r} is not one of {', '.join(ENGINES)}")
+    if chosen == "docker20":  # the CLI subprocesses and docker calls of every test inherit it
+        os.environ["DOCKER_HOST"] = "unix://" + os.environ.get("IMAGEBUILD_DOCKER20_SOCK", DOCKER20_SOCK)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if f"{item.path.name}::{item.name}" in COMPAT:
+            item.add_marker(pytest.mark.engine_compat)
+
+
+def compat_run() -> bool:
+    return os.environ.get("IMAGEBUILD_ENGINE") == "docker20"
 
 
 @pytest.fixture(scope="session")
@@ -108,7 +148,8 @@ class Built:
 def local_cpu(engine: str, tmp_path_factory: pytest.TempPathFactory) -> Built:
     """`imagebuild build local-cpu` once per session (cached after the first CI run on a machine)."""
     report_path = tmp_path_factory.mktemp("build") / "build-report.json"
-    run = imagebuild("build", "local-cpu", "--report", str(report_path))
+    only = ("--platform", "linux/amd64") if compat_run() else ()
+    run = imagebuild("build", "local-cpu", *only, "--report", str(report_path))
     assert run.returncode == 0, run.output[-4000:]
     report = json.loads(report_path.read_text())
     entry = report["targets"][0]

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from imagebuild.engine.registry import MANIFEST_TYPES
+
 REPO = Path(__file__).resolve().parents[2]
 REGISTRY = os.environ.get("IMAGEBUILD_TEST_REGISTRY", "127.0.0.1:5000")
 DOCKER = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
@@ -55,7 +57,7 @@ def unique(prefix: str) -> str:
 def registry_digest(addr: str, repo: str, reference: str) -> str | None:
     response = requests.head(
         f"http://{addr}/v2/{repo}/manifests/{reference}",
-        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
+        headers={"Accept": ", ".join(MANIFEST_TYPES)},  # Docker schema 2 (20.10) and OCI (26.1) alike
         timeout=10,
     )
     return response.headers.get("Docker-Content-Digest") if response.status_code == 200 else None

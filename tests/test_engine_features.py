@@ -1,0 +1,72 @@
+"""What an engine can do (issue 22): the image store read from `docker info`, BuildKit's version, the features and
+the one error line naming a missing one; the push stream's digest on both image stores. The `docker info` and push
+lines below are what Docker 20.10.24 and 26.1.5 printed on this project's build machine."""
+
+from __future__ import annotations
+
+import pytest
+
+from imagebuild.engine.docker import image_store
+from imagebuild.engine.features import EngineFacts, vendored_buildkit
+from imagebuild.errors import ConfigError
+from imagebuild.release.publish import gate_ids, pushed_digest
+
+DOCKER20_INFO = 'overlay2|[["Backing Filesystem","extfs"],["Supports d_type","true"],["Native Overlay Diff","true"]]'
+DOCKER26_INFO = 'overlayfs|[["driver-type","io.containerd.snapshotter.v1"]]'
+DIGEST = "sha256:" + "ab" * 32
+
+
+@pytest.mark.parametrize(("info", "store"), [(DOCKER20_INFO, "overlay2"), (DOCKER26_INFO, "containerd")])
+def test_image_store_from_docker_info(info: str, store: str) -> None:
+    driver, _, status = info.partition("|")
+    assert image_store(driver, status) == store
+
+
+def test_buildkit_version_is_the_one_the_release_vendors() -> None:
+    assert vendored_buildkit("20.10.24+dfsg1") == "0.8.4"
+    assert vendored_buildkit("26.1.5+dfsg1") == "0.13.2"
+    assert vendored_buildkit("26.3.0") == "0.13.2"  # the nearest listed release below
+    assert vendored_buildkit("19.03.1") == "unknown"
+
+
+def test_docker26_with_the_containerd_store_and_buildx_has_every_feature() -> None:
+    facts = EngineFacts("26.1.5+dfsg1", "containerd", "0.13.2", buildx=True)
+    assert facts.features() == {"multi-platform": True, "oci-media-types": True, "timestamp-rewriting": True}
+    facts.require("oci-media-types", "publish --oci")  # no error
+
+
+def test_docker20_lacks_every_feature_and_says_which_version_has_it() -> None:
+    facts = EngineFacts("20.10.24+dfsg1", "overlay2", "0.8.4", buildx=False)
+    assert facts.features() == {"multi-platform": False, "oci-media-types": False, "timestamp-rewriting": False}
+    with pytest.raises(ConfigError) as caught:
+        facts.require("oci-media-types", "publish --oci")
+    line = str(caught.value)
+    assert "\n" not in line and caught.value.exit_code == 2
+    assert "publish --oci needs OCI media types on push" in line and "overlay2 image store" in line
+    assert "Docker 26.1 with the containerd image store" in line
+    with pytest.raises(ConfigError, match=r"timestamp rewriting.*BuildKit 0\.8\.4.*BuildKit 0\.13"):
+        facts.require("timestamp-rewriting", "build")
+
+
+def test_the_containerd_store_without_buildx_cannot_build_every_platform_at_once() -> None:
+    facts = EngineFacts("26.1.5", "containerd", "0.13.2", buildx=False)
+    assert facts.missing("multi-platform") == "no buildx"
+    with pytest.raises(ValueError, match="unknown engine feature"):
+        facts.missing("time-travel")
+
+
+def test_push_digest_from_either_image_store() -> None:
+    # graph-driver store (20.10): an aux PushResult
+    assert pushed_digest({"aux": {"Tag": "staging-1", "Digest": DIGEST, "Size": 529}}, "staging-1") == DIGEST
+    # containerd image store (26.1): only the final status line
+    assert pushed_digest({"status": f"staging-1: digest: {DIGEST} size: 855"}, "staging-1") == DIGEST
+    assert pushed_digest({"status": f"other: digest: {DIGEST} size: 855"}, "staging-1") is None  # another tag
+    assert pushed_digest({"status": "Pushed", "id": "07588765f059"}, "staging-1") is None
+    assert pushed_digest({"status": f"staging-1: digest: {DIGEST} size: 855" + " " * 300}, "staging-1") is None
+    assert pushed_digest({"status": f"staging-1: digest: {DIGEST[:-1]} size: 855"}, "staging-1") is None
+
+
+def test_a_staged_image_is_gated_by_config_or_manifest_digest() -> None:
+    assert gate_ids("sha256:config", "sha256:manifest") == ["sha256:config", "sha256:manifest"]
+    assert gate_ids("sha256:same", "sha256:same") == ["sha256:same"]
+    assert gate_ids("sha256:config", None) == ["sha256:config"]
