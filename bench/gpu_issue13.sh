@@ -2,14 +2,19 @@
 # Issue 13 on a real GPU host (H200): arch coverage of the installed torch and its CUDA wheels, doctor, and the
 # in-image preflight against the real driver. Stdlib only (imagecontract/, imagebuild/prove/doctor.py): no container.
 #   OUT=/some/dir bash bench/gpu_issue13.sh
+#   IB_DEVICE=cpu: CPU mode (CI: tests/test_gpu_scripts_cpu.py): no nvidia-smi; the same commands against this
+#   machine's (absent) driver; IB_COVERAGE_ROOT scans a smaller tree than site-packages.
+# Exit: 1 when a step could not run at all (a module that does not import, a document that is not JSON).
 set -u
 OUT=${OUT:?set OUT to a folder}
+DEVICE=${IB_DEVICE:-cuda}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 {
   date -u
-  nvidia-smi --query-gpu=index,name,compute_cap,driver_version --format=csv
+  if [ "$DEVICE" = cuda ]; then nvidia-smi --query-gpu=index,name,compute_cap,driver_version --format=csv; else echo "cpu mode"; fi
   python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "arch_list", torch.cuda.get_arch_list())'
 } >"$OUT/env.txt" 2>&1
-SP=$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+SP=${IB_COVERAGE_ROOT:-$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')}
 echo "site-packages: $SP" >>"$OUT/env.txt"
 # Coverage of every library with device code under site-packages (torch, nvidia-* wheels, triton, ...).
 /usr/bin/time -f "coverage wall %e s, max RSS %M KB" python3 -m imagecontract.coverage --root "$SP" \
@@ -43,3 +48,18 @@ proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=Tr
 print(f"== entrypoint (image sm_80): exit {proc.returncode} in {time.monotonic() - t0:.3f} s\n{proc.stderr}")
 EOF
 ls -la "$OUT"
+# Every step ran (whatever it found): the modules imported and the documents are JSON.
+python3 - "$OUT" <<'EOF'
+import json, sys
+out = sys.argv[1]
+bad = []
+for name in ("coverage_raw.json", "doctor.json"):
+    try:
+        json.load(open(f"{out}/{name}"))
+    except ValueError:
+        bad.append(f"{name} is not JSON")
+text = "".join(open(f"{out}/{n}").read() for n in ("env.txt", "doctor.txt", "preflight.txt"))
+bad += [needle for needle in ("No module named", "Traceback") if needle in text]
+print("gpu_issue13: " + ("ok" if not bad else "broken: " + ", ".join(bad)))
+sys.exit(1 if bad else 0)
+EOF

@@ -1,7 +1,6 @@
 """Timing and error metrics shared by the checks.
 
-Times are medians over repeated calls (CUDA events on a GPU); errors are normalised so that a value above 1
-means the tolerance ``atol + rtol * |ref|`` was exceeded somewhere.
+Times are medians over repeated calls (CUDA events on a GPU). Errors and tolerances: smoke/tolerance.py.
 """
 
 from __future__ import annotations
@@ -13,37 +12,11 @@ from typing import Any
 
 import torch
 
-# rtol, atol per output dtype: a few units in the last place of the output type.
-TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
-    torch.float32: (1e-5, 1e-6),
-    torch.float16: (4e-3, 1e-5),
-    torch.bfloat16: (3.2e-2, 1e-5),
-}
-
 DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16,
     "bfloat16": torch.bfloat16,
     "float32": torch.float32,
 }
-
-
-def compare(out: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float) -> dict[str, Any]:
-    """Error of ``out`` against a float64 ``ref``; non-finite outputs (a poisoned, unwritten buffer) count."""
-    if tuple(out.shape) != tuple(ref.shape):
-        return {"ok": False, "error": f"shape {tuple(out.shape)} != expected {tuple(ref.shape)}"}
-    o = out.detach().to(torch.float64)
-    r = ref.detach().to(torch.float64)
-    bad_finite = int((~torch.isfinite(o) & torch.isfinite(r)).sum().item())
-    diff = (o - r).abs()
-    diff = torch.where(torch.isfinite(diff), diff, torch.full_like(diff, float("inf")))
-    ratio = diff / (atol + rtol * r.abs())
-    worst = float(ratio.max().item()) if ratio.numel() else 0.0
-    return {
-        "ok": bad_finite == 0 and worst <= 1.0,
-        "max_abs_err": float(diff.max().item()) if diff.numel() else 0.0,
-        "err_ratio": worst,
-        "non_finite": bad_finite,
-    }
 
 
 def poison(device: torch.device, numel: int, dtype: torch.dtype) -> None:

@@ -18,11 +18,13 @@ import torch
 import torch.nn.functional as F
 
 from smoke.context import Context
-from smoke.measure import compare, time_fn
+from smoke.measure import time_fn
 from smoke.result import CheckResult
+from smoke.tolerance import check_close, describe
 
-ATTN_TOL = {torch.float16: (1e-2, 1e-2), torch.bfloat16: (4e-2, 4e-2), torch.float32: (1e-4, 1e-4)}
 TRITON_FLAG = "ROCM_USE_FLASH_ATTN_V2_TRITON"
+# What each case records of its error (smoke/tolerance.py).
+KEPT = ("max_abs_err", "err_ratio", "norm_err", "norm_tol")
 BACKEND_ENUM = {
     "flash": "FLASH_ATTENTION",
     "efficient": "EFFICIENT_ATTENTION",
@@ -33,6 +35,11 @@ BACKEND_ENUM = {
 CASES = [(2, 4, 129, 129, 64, False), (2, 4, 129, 129, 64, True), (3, 8, 1, 300, 128, False)]
 GPU_PERF = [(1, 32, 4096, 4096, 128, True), (1, 32, 4096, 4096, 128, False), (32, 32, 1, 4096, 128, False)]
 CPU_PERF = [(1, 4, 256, 256, 64, True)]
+
+
+def dtypes_for(on_gpu: bool) -> list[torch.dtype]:
+    """The dtypes every backend is checked in: serving's half types (and fp32 on CPU, where math runs it)."""
+    return [torch.float16, torch.bfloat16] if on_gpu else [torch.float32, torch.float16, torch.bfloat16]
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
@@ -68,7 +75,7 @@ def run(ctx: Context) -> CheckResult:
     res.numbers["backends_source"] = source
     if not ctx.manifest.present:
         res.warnings.append(f"no manifest: forcing the default backends {', '.join(backends)}")
-    dtypes = [torch.float16, torch.bfloat16] if ctx.on_gpu else [torch.float32, torch.bfloat16]
+    dtypes = dtypes_for(ctx.on_gpu)
     seed = secrets.randbelow(2**31)
     res.numbers["seed"] = seed
     gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -79,7 +86,6 @@ def run(ctx: Context) -> CheckResult:
             continue
         per: dict[str, Any] = {}
         for dtype in dtypes:
-            rtol, atol = ATTN_TOL[dtype]
             for b, h, sq, skv, d, causal in CASES:
                 q, k, v = (torch.randn(b, h, s, d, generator=gen).to(dev, dtype) for s in (sq, skv, skv))
                 label = f"{backend} {str(dtype)[6:]} B{b} H{h} Sq{sq} Skv{skv} D{d} causal={causal}"
@@ -90,13 +96,10 @@ def run(ctx: Context) -> CheckResult:
                     unavailable.add(backend)
                     res.fail(f"{label}: expected backend unavailable: {_first_line(exc)}")
                     continue
-                err = compare(out, reference(q, k, v, causal), rtol, atol)
-                per[label.split(" ", 1)[1]] = {k2: err[k2] for k2 in ("max_abs_err", "err_ratio") if k2 in err}
+                err = check_close(out, reference(q, k, v, causal), dtype, depth=skv)
+                per[label.split(" ", 1)[1]] = {k2: err[k2] for k2 in KEPT if k2 in err}
                 if not err["ok"]:
-                    res.fail(
-                        f"{label}: max abs err {err.get('max_abs_err', 0):.3g}, "
-                        f"{err.get('err_ratio', 0):.3g}x tolerance"
-                    )
+                    res.fail(f"{label}: {describe(err)}")
         res.numbers[f"sdpa_{backend}"] = per
     _flash_attn_package(ctx, res, gen)
     _triton_path(ctx, res, gen)
@@ -137,10 +140,10 @@ def _flash_attn_package(ctx: Context, res: CheckResult, gen: torch.Generator) ->
             res.fail(f"flash_attn.flash_attn_func {label}: {_first_line(exc)}")
             continue
         ref = reference(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal).transpose(1, 2)
-        err = compare(out, ref, *ATTN_TOL[torch.float16])
-        per[label] = {k2: err[k2] for k2 in ("max_abs_err", "err_ratio") if k2 in err}
+        err = check_close(out, ref, torch.float16, depth=skv)
+        per[label] = {k2: err[k2] for k2 in KEPT if k2 in err}
         if not err["ok"]:
-            res.fail(f"flash_attn.flash_attn_func {label}: max abs err {err.get('max_abs_err', 0):.3g}")
+            res.fail(f"flash_attn.flash_attn_func {label}: {describe(err)}")
     res.numbers["flash_attn_package"] = per
 
 
@@ -195,10 +198,10 @@ def _triton_path(ctx: Context, res: CheckResult, gen: torch.Generator) -> None:
             res.fail(f"runtime triton_attention {label}: {_first_line(exc)}")
             continue
         q4, k4, v4, out4 = (t.view(b, sq, h, d).transpose(1, 2) for t in (q, k, v, out))
-        err = compare(out4, reference(q4, k4, v4, causal), *ATTN_TOL[torch.float16])
-        per[label] = {k2: err[k2] for k2 in ("max_abs_err", "err_ratio") if k2 in err}
+        err = check_close(out4, reference(q4, k4, v4, causal), torch.float16, depth=sq)
+        per[label] = {k2: err[k2] for k2 in KEPT if k2 in err}
         if not err["ok"]:
-            res.fail(f"runtime triton_attention {label}: max abs err {err.get('max_abs_err', 0):.3g}")
+            res.fail(f"runtime triton_attention {label}: {describe(err)}")
     info["runtime_path"] = per
 
 

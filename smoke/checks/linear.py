@@ -14,12 +14,11 @@ import torch
 import torch.nn.functional as F
 
 from smoke.context import Context
-from smoke.measure import DTYPES, compare, time_fn
+from smoke.measure import DTYPES, time_fn
 from smoke.ops import op_for_check
 from smoke.result import CheckResult
+from smoke.tolerance import check_close, describe
 
-# (rtol, atol) for outputs of unit scale after a K-long float32 accumulation.
-LINEAR_TOL = {torch.float16: (1e-2, 1e-2), torch.bfloat16: (4e-2, 4e-2), torch.float32: (1e-4, 1e-4)}
 DECODE_M = list(range(1, 9))
 CPU_NK = [(257, 512)]
 GPU_NK = [(257, 512), (1027, 4096)]
@@ -52,7 +51,6 @@ def run(ctx: Context) -> CheckResult:
         for dname, dtype in DTYPES.items():
             if fname == "skinny_linear" and dtype not in SKINNY_DTYPES:
                 continue
-            rtol, atol = LINEAR_TOL[dtype]
             worst: dict[str, float | bool] = {"ok": True, "max_abs_err": 0.0, "err_ratio": 0.0}
             for n, k in sizes:
                 w = (torch.randn(n, k, generator=gen) / k**0.5).to(dev, dtype)
@@ -67,9 +65,9 @@ def run(ctx: Context) -> CheckResult:
                             res.fail(f"{label}: raised {type(exc).__name__}: {exc}")
                             worst["ok"] = False
                             continue
-                        err = compare(out, reference(x, w, b), rtol, atol)
+                        err = check_close(out, reference(x, w, b), dtype, depth=k)
                         if not err["ok"]:
-                            res.fail(f"{label}: {err.get('error') or _fmt(err)}")
+                            res.fail(f"{label}: {describe(err)}")
                             worst["ok"] = False
                         for key in ("max_abs_err", "err_ratio"):
                             worst[key] = max(float(worst[key]), float(err.get(key, float("inf"))))
@@ -77,10 +75,6 @@ def run(ctx: Context) -> CheckResult:
         res.numbers[fname] = per_dtype
     _throughput(ctx, res, op)
     return res.finish()
-
-
-def _fmt(err: dict[str, Any]) -> str:
-    return f"max abs err {err['max_abs_err']:.3g}, {err['err_ratio']:.3g}x tolerance"
 
 
 def _throughput(ctx: Context, res: CheckResult, op: Callable[..., Any] | None) -> None:

@@ -11,9 +11,10 @@ import torch
 import torch.nn.functional as F
 
 from smoke.context import Context
-from smoke.measure import DTYPES, TOLERANCES, compare, poison, time_fn
+from smoke.measure import DTYPES, poison, time_fn
 from smoke.ops import op_for_check
 from smoke.result import CheckResult
+from smoke.tolerance import check_close, describe
 
 # (tokens, d): odd and tail-heavy sizes; silu_and_mul reads [tokens, 2d] and writes [tokens, d].
 CPU_SHAPES = [(1, 1), (3, 7), (17, 1000), (5, 4099)]
@@ -54,7 +55,6 @@ def run(ctx: Context) -> CheckResult:
     for fname, fn, ref_fn, width_mult in cases:
         per_dtype: dict[str, dict[str, float | int | bool]] = {}
         for dname, dtype in DTYPES.items():
-            rtol, atol = TOLERANCES[dtype]
             worst: dict[str, float | int | bool] = {"ok": True, "max_abs_err": 0.0, "err_ratio": 0.0}
             for i, (tokens, d) in enumerate(shapes):
                 x = make_input(tokens, d * width_mult, dtype, dev, seed + i)
@@ -65,9 +65,9 @@ def run(ctx: Context) -> CheckResult:
                     res.fail(f"{fname} {dname} {tokens}x{d}: raised {type(exc).__name__}: {exc}")
                     worst["ok"] = False
                     continue
-                err = compare(out, ref_fn(x), rtol, atol)
+                err = check_close(out, ref_fn(x), dtype)
                 if not err["ok"]:
-                    res.fail(f"{fname} {dname} {tokens}x{d}: {_describe(err)}")
+                    res.fail(f"{fname} {dname} {tokens}x{d}: {describe(err)}")
                     worst["ok"] = False
                 for key in ("max_abs_err", "err_ratio"):
                     worst[key] = max(float(worst[key]), float(err.get(key, float("inf"))))
@@ -77,14 +77,6 @@ def run(ctx: Context) -> CheckResult:
         res.numbers[fname] = per_dtype
     _throughput(ctx, res, op)
     return res.finish()
-
-
-def _describe(err: dict[str, object]) -> str:
-    if "error" in err:
-        return str(err["error"])
-    return f"max abs err {err['max_abs_err']:.3g}, {err['err_ratio']:.3g}x tolerance" + (
-        f", {err['non_finite']} non-finite outputs" if err.get("non_finite") else ""
-    )
 
 
 def _throughput(ctx: Context, res: CheckResult, op: object) -> None:
