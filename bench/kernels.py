@@ -10,9 +10,17 @@ Sweep (--sweep TABLE): times every launch configuration of skinny_linear on the 
 a float32 reference, and writes the dispatch table that imagebuild_kernels installs (skinny_table.json): per
 (dtype, N, K, M) the fastest configuration, or F.linear where ours does not beat it by --margin.
 
+Unseen (--unseen OUT): skinny_linear's default dispatch against F.linear on the decode shapes of the model families
+the table was not built on (bench/shapes.yaml `unseen_models`, never swept), four alternating rounds under graph
+replay over rotated weights; per row ours / F.linear and what the table chose; reported apart from the bench.
+
+Plan (--plan OUT, no GPU: the CPU mode of bench/gpu_kernels.sh): every row of both shape lists with the choice
+the installed table's rule makes for it on the GPU the table was measured on.
+
 Run on the GPU machine through bench/gpu_kernels.sh (which builds the extension first):
     python3 bench/kernels.py --sweep kernels/imagebuild_kernels/skinny_table.json
     python3 bench/kernels.py --out bench/results/kernels_h200.json
+    python3 bench/kernels.py --unseen bench/results/kernels_unseen_h200.json
 """
 
 from __future__ import annotations
@@ -58,16 +66,22 @@ def past(deadline: float | None) -> bool:
 
 
 def load_shapes(
-    path: Path = SHAPES_FILE, only: list[tuple[int, int]] | None = None
+    path: Path = SHAPES_FILE, only: list[tuple[int, int]] | None = None, key: str = "models"
 ) -> tuple[list[int], list[dict[str, Any]]]:
-    """(M values, distinct shapes with bias flag and the model layers they come from), smallest weight first."""
+    """(M values, distinct shapes with bias flag and the model layers they come from), smallest weight first.
+    key: "models" (the families the table is swept on) or "unseen_models" (kept out of the sweep)."""
     doc = yaml.safe_load(path.read_text())
     shapes: dict[tuple[int, int], dict[str, Any]] = {}
-    for model in doc["models"]:
+    for model in doc.get(key) or []:
         for layer, (n, k) in model["shapes"].items():
-            s = shapes.setdefault((n, k), {"N": n, "K": k, "bias": False, "sources": []})
+            s = shapes.setdefault((n, k), {"N": n, "K": k, "bias": False, "sources": [], "families": []})
             s["sources"].append(f"{model['name']}.{layer}")
-            s["bias"] = s["bias"] or (layer == "qkv" and bool(model.get("qkv_bias")))
+            if model["family"] not in s["families"]:
+                s["families"].append(model["family"])
+            biased = (layer == "qkv" and bool(model.get("qkv_bias"))) or (
+                layer != "lm_head" and bool(model.get("all_bias"))
+            )
+            s["bias"] = s["bias"] or biased
     if only is None:
         return list(doc["ms"]), sorted(shapes.values(), key=lambda s: (s["N"] * s["K"], s["N"]))
     if set(only) - set(shapes):
@@ -392,6 +406,114 @@ def bench_linear(args: argparse.Namespace, copy_gbps: float) -> list[dict[str, o
     return rows
 
 
+def bench_unseen(args: argparse.Namespace, copy_gbps: float) -> dict[str, Any]:
+    """skinny_linear (default dispatch) against F.linear on the unseen families' shapes: four alternating rounds
+    of graph replay over rotated weights, the best round of each; ratio = F.linear time / ours (>= 1: ours no
+    slower)."""
+    import imagebuild_kernels as k
+    from imagebuild_kernels import _table
+
+    table = _table.load_table()
+    measured = {(e["N"], e["K"]) for e in (table or {}).get("entries", [])}
+    ms, shapes = load_shapes(args.shapes, parse_only(args.only), key="unseen_models")
+    rows: list[dict[str, Any]] = []
+    warm_up()
+    for shape in shapes:
+        n, kk = shape["N"], shape["K"]
+        if past(args.deadline):
+            log(f"unseen: deadline passed, {n}x{kk} and later shapes not timed")
+            break
+        for dname, dtype in DTYPES.items():
+            ws = rotated(n, kk, dtype)
+            b = torch.randn(n, device="cuda", dtype=dtype) if shape["bias"] else None
+            for m in ms:
+                x = torch.randn(m, kk, device="cuda", dtype=dtype)
+                fns: dict[str, list[Callable[[], object]]] = {
+                    "imagebuild": [lambda w=w, x=x, b=b: k.skinny_linear(x, w, b) for w in ws],
+                    "F.linear": [lambda w=w, x=x, b=b: F.linear(x, w, b) for w in ws],
+                }
+                t: dict[str, list[float]] = {name: [] for name in fns}
+                for _ in range(4):
+                    for name, calls in fns.items():
+                        t[name].append(time_graph(calls, replays=10))
+                best = {name: min(v) for name, v in t.items()}
+                cfg = int(torch.ops.imagebuild._skinny_choice(x, ws[0]))
+                ratio = best["F.linear"] / best["imagebuild"]
+                row = {
+                    "N": n,
+                    "K": kk,
+                    "M": m,
+                    "dtype": dname,
+                    "bias": b is not None,
+                    "families": shape["families"],
+                    "sources": shape["sources"],
+                    "measured_shape": (n, kk) in measured,
+                    "cfg": cfg,
+                    "chosen": "F.linear" if cfg == -1 else f"imagebuild cfg {cfg}",
+                    "ms": best,
+                    "rounds_ms": t,
+                    "ours_over_F.linear_speed": ratio,
+                    "floor_over_time": {name: n * kk * 2 / copy_gbps / 1e6 / v for name, v in best.items()},
+                }
+                rows.append(row)
+                log(
+                    f"unseen {dname} N={n} K={kk} M={m} ({'measured' if row['measured_shape'] else 'unmeasured'}): "
+                    f"{row['chosen']}, ours {best['imagebuild'] * 1e3:.1f} us, F.linear {best['F.linear'] * 1e3:.1f} us"
+                    f" -> {ratio:.3f}x"
+                )
+            del ws
+            torch.cuda.empty_cache()
+    un = [r for r in rows if not r["measured_shape"]]
+    ratios = [r["ours_over_F.linear_speed"] for r in un]
+    summary = {
+        "rows": len(rows),
+        "rows_unmeasured_shape": len(un),
+        "rows_unmeasured_ours_chosen": sum(r["cfg"] != -1 for r in un),
+        "unmeasured_min_ratio": min(ratios, default=float("nan")),
+        "unmeasured_median_ratio": statistics.median(ratios) if ratios else float("nan"),
+        "unmeasured_rows_below_0.98": sum(x < 0.98 for x in ratios),
+        "target_never_more_than_2pct_slower_met": bool(ratios) and min(ratios) >= 0.98,
+        "measured_shape_rows": len(rows) - len(un),
+        "measured_min_ratio": min((r["ours_over_F.linear_speed"] for r in rows if r["measured_shape"]), default=None),
+        "families": sorted({f for r in rows for f in r["families"]}),
+    }
+    return {"summary": summary, "rows": rows}
+
+
+def plan(args: argparse.Namespace) -> dict[str, Any]:
+    """No GPU: every row of both shape lists with the choice of the installed table's rule (on its GPU)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels"))
+    from imagebuild_kernels import _table
+
+    table = _table.load_table()
+    measured = {(e["N"], e["K"]) for e in (table or {}).get("entries", [])}
+    out: dict[str, Any] = {"command": command_line(), "table": None if table is None else table.get("command")}
+    doc = yaml.safe_load(args.shapes.read_text())
+    for key, name in (("models", "seen"), ("unseen_models", "unseen")):
+        ms, shapes = load_shapes(args.shapes, parse_only(args.only) if key == "models" else None, key=key)
+        rows = []
+        for shape in shapes:
+            for dname in DTYPES:
+                for m in ms:
+                    ch = _table.choose(table, dname, shape["N"], shape["K"], m)
+                    rows.append(
+                        {
+                            "N": shape["N"],
+                            "K": shape["K"],
+                            "M": m,
+                            "dtype": dname,
+                            "bias": shape["bias"],
+                            "families": shape["families"],
+                            "measured": (shape["N"], shape["K"]) in measured,
+                            "cfg": ch.cfg,
+                            "reason": ch.reason,
+                        }
+                    )
+        out[name] = {"models": [mm["name"] for mm in doc.get(key) or []], "rows": rows}
+        log(f"plan {name}: {len(rows)} rows, ours chosen on {sum(r['cfg'] != -1 for r in rows)}")
+    return out
+
+
 def summarize(doc: dict[str, Any]) -> dict[str, object]:
     """The targets of issue 14, met or not, with the worst figures."""
     silu = doc["silu_and_mul"]
@@ -486,9 +608,14 @@ def main() -> int:
     parser.add_argument("--merge", type=Path, help="keep the other shapes' entries/rows of this table/bench file")
     parser.add_argument("--deadline", type=float, help="seconds: start no new shape after this (both modes)")
     parser.add_argument("--skip-silu", action="store_true", help="bench: skip silu_and_mul")
+    parser.add_argument("--unseen", type=Path, help="unseen families: ours vs F.linear, written here")
+    parser.add_argument("--plan", type=Path, help="no GPU: each row's dispatch choice, written here")
     args = parser.parse_args()
-    if (args.out is None) == (args.sweep is None):
-        parser.error("give exactly one of --out (bench) and --sweep (table)")
+    if sum(x is not None for x in (args.out, args.sweep, args.unseen, args.plan)) != 1:
+        parser.error("give exactly one of --out (bench), --sweep (table), --unseen and --plan")
+    if args.plan is not None:
+        write_json(args.plan, plan(args))
+        return 0
     if not torch.cuda.is_available():
         print("error: bench/kernels.py needs a GPU", file=sys.stderr)
         return 2
@@ -509,6 +636,25 @@ def main() -> int:
             table = merge_table(json.loads(args.merge.read_text()), table)
         write_json(args.sweep, table)
         write_json(args.sweep.with_suffix(".raw.json"), {"command": table["command"], "shapes": raw})
+        return 0
+    if args.unseen is not None:
+        installed = k.use_skinny_table()
+        result = bench_unseen(args, copy["gbps"])
+        doc_u = {
+            "command": command_line(),
+            "run_via": os.environ.get("IB_BENCH_VIA", ""),
+            "gpu": props.name,
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "copy_bandwidth": copy,
+            "table": None if installed is None else {"command": installed.get("command")},
+            "rule": "kernels/imagebuild_kernels/_table.py choose: measured (dtype, N, K) only, no extrapolation",
+            "timing": "CUDA-graph replay over weights rotated past L2 (>= 1 GiB), median of 10 replays, best of 4 "
+            "alternating rounds (ours, F.linear, ours, ...)",
+            **result,
+        }
+        print(json.dumps(result["summary"], indent=1), flush=True)
+        write_json(args.unseen, doc_u)
         return 0
     table = k.use_skinny_table()
     doc: dict[str, Any] = {

@@ -71,10 +71,9 @@ int compute_capability(int device) {
 
 // The measured dispatch table (imagebuild_kernels/skinny_table.json, installed by the Python package at import
 // through _skinny_set_table). The rule is the one of imagebuild_kernels/_table.py `choose` (a GPU test compares
-// them): no table for this GPU (compute capability and multiprocessor count) -> library; else the measured (N, K)
-// of the same dtype nearest in log2 distance (max over N and K), library when it is farther than kMaxLogDist;
-// within that shape, the smallest measured M >= M of the same M half (<= 8 or > 8), else the largest one below.
-constexpr double kMaxLogDist = 0.5;
+// them): no table for this GPU (compute capability and multiprocessor count) -> library; a (dtype, N, K) that was
+// not measured -> library (no extrapolation: issue 24); a measured M -> its entry; an M between two measured M of
+// the same half (<= 8 or > 8) -> the cfg of the one above when both chose ours, else library.
 constexpr int kLibrary = -1;
 
 struct SkinnyRow {
@@ -118,25 +117,17 @@ void skinny_set_table(const at::Tensor& rows, int64_t cc, int64_t sm_count) {
 }
 
 int skinny_lookup(const std::vector<SkinnyRow>& rows, int64_t dtype, int64_t n, int64_t k, int64_t m) {
-  double best = 1e300;
-  int64_t bn = 0, bk = 0;
-  for (const SkinnyRow& r : rows) {  // rows are sorted by (dtype, N, K, M): the first of equal distances wins
-    if (r.dtype != dtype) continue;
-    const double d = std::fmax(std::fabs(std::log2(static_cast<double>(n) / static_cast<double>(r.n))),
-                               std::fabs(std::log2(static_cast<double>(k) / static_cast<double>(r.k))));
-    if (d < best) best = d, bn = r.n, bk = r.k;
-  }
-  if (best > kMaxLogDist) return kLibrary;
   const bool high = m > 8;
   const SkinnyRow* above = nullptr;
   const SkinnyRow* below = nullptr;
   for (const SkinnyRow& r : rows) {
-    if (r.dtype != dtype || r.n != bn || r.k != bk || (r.m > 8) != high) continue;
-    if (r.m >= m && (above == nullptr || r.m < above->m)) above = &r;
+    if (r.dtype != dtype || r.n != n || r.k != k || (r.m > 8) != high) continue;
+    if (r.m == m) return static_cast<int>(r.cfg);
+    if (r.m > m && (above == nullptr || r.m < above->m)) above = &r;
     if (r.m < m && (below == nullptr || r.m > below->m)) below = &r;
   }
-  const SkinnyRow* pick = above != nullptr ? above : below;
-  return pick == nullptr ? kLibrary : static_cast<int>(pick->cfg);
+  if (above == nullptr || below == nullptr || above->cfg == kLibrary || below->cfg == kLibrary) return kLibrary;
+  return static_cast<int>(above->cfg);
 }
 
 // cfg for skinny_linear on this device and shape: >= 1 a launch configuration, kLibrary for at::linear.

@@ -4,12 +4,17 @@ The table (skinny_table.json beside this file) is written by `bench/kernels.py -
 of bench/shapes.yaml, dtype and M, the fastest launch configuration and cuBLAS, timed under CUDA-graph replay
 over weights rotated past L2. An entry's cfg is -1 (the library GEMM, F.linear) unless the fastest of ours beat
 cuBLAS by the table's margin. csrc/ops.cu applies the same rule (`skinny_lookup`; a GPU test compares them).
+
+The rule never extrapolates (issue 24): on 228 decode rows of models the table was not built on, the earlier
+nearest-neighbour rule (a measured shape within 2**0.5 in N and K) picked ours where it was up to 0.695x of
+F.linear. Ours runs only on a measured (dtype, N, K) and at an M that was measured there, or lies between two
+measured M of the same half that both chose ours; everything else is F.linear (the call it replaces, so no
+slower than it).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from dataclasses import dataclass
@@ -19,7 +24,6 @@ from typing import Any
 TABLE_PATH = Path(__file__).with_name("skinny_table.json")
 TABLE_ENV = "IMAGEBUILD_SKINNY_TABLE"  # another table file (a fresh sweep) instead of the packaged one
 LIBRARY = -1
-MAX_LOG_DIST = 0.5  # nearest measured shape must be within 2**0.5 in both N and K, else F.linear
 MAX_M = 16
 DTYPE_CODES = {"float16": 0, "bfloat16": 1}
 
@@ -142,25 +146,22 @@ def choose(
     if (cc is not None and cc != table["cc"]) or (sms is not None and sms != table["sm_count"]):
         return Choice(LIBRARY, f"the table was measured on cc {table['cc']} with {table['sm_count']} SMs")
     code = DTYPE_CODES[dtype]
-    rows = rows_of(table)
-    best, bn, bk = math.inf, 0, 0
-    for c, rn, rk, _, _ in rows:
-        if c != code:
-            continue
-        d = max(abs(math.log2(n / rn)), abs(math.log2(k / rk)))
-        if d < best:
-            best, bn, bk = d, rn, rk
-    if best > MAX_LOG_DIST:
-        return Choice(LIBRARY, f"no measured {dtype} shape within 2**{MAX_LOG_DIST} of N and K")
+    same = [r for r in rows_of(table) if r[0] == code and (r[1], r[2]) == (n, k)]
+    if not same:
+        return Choice(LIBRARY, f"{dtype} {n} x {k} was not measured: F.linear off the measured region")
     high = m > 8
-    same = [r for r in rows if r[0] == code and (r[1], r[2]) == (bn, bk) and (r[3] > 8) == high]
-    above = [r for r in same if r[3] >= m]
-    below = [r for r in same if r[3] < m]
-    pick = min(above, key=lambda r: r[3]) if above else (max(below, key=lambda r: r[3]) if below else None)
-    if pick is None:
-        return Choice(LIBRARY, f"no measured M in the same half (M {'> 8' if high else '<= 8'}) for {bn} x {bk}")
-    where = "measured" if (bn, bk, pick[3]) == (n, k, m) else f"nearest measured: N {bn}, K {bk}, M {pick[3]}"
-    return Choice(pick[4], where, _entry(table, code, bn, bk, pick[3]))
+    half = [r for r in same if (r[3] > 8) == high]
+    exact = [r for r in half if r[3] == m]
+    if exact:
+        return Choice(exact[0][4], "measured", _entry(table, code, n, k, m))
+    above = min((r for r in half if r[3] > m), key=lambda r: r[3], default=None)
+    below = max((r for r in half if r[3] < m), key=lambda r: r[3], default=None)
+    if above is None or below is None:
+        return Choice(LIBRARY, f"M = {m} is outside the measured M of its half (M {'> 8' if high else '<= 8'})")
+    if above[4] == LIBRARY or below[4] == LIBRARY:
+        return Choice(LIBRARY, f"M = {m} lies between M {below[3]} and {above[3]}, not both ours")
+    where = f"between measured M {below[3]} and {above[3]}, both ours: the cfg of M {above[3]}"
+    return Choice(above[4], where, _entry(table, code, n, k, above[3]))
 
 
 def explain(table: dict[str, Any] | None, dtype: str, n: int, k: int, m: int) -> list[str]:
