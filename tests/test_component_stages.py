@@ -29,6 +29,15 @@ def _stages(dockerfile: str) -> dict[str, str]:
     return dict(zip(parts[1::2], parts[2::2], strict=True))
 
 
+LOCKED_INSTALL = "pip install --no-deps --require-hashes -r /tmp/imagebuild-lock/requirements.txt"
+
+
+def _locked_pins(target_name: str, stage: str) -> set[str]:
+    """name==version of each package the stage installs from the lock (matrix.lock.json, rendered beside it)."""
+    entry = json.loads((REPO / "matrix.lock.json").read_text())["inputs"][f"pip:{target_name}@linux/amd64:{stage}"]
+    return {line.split(" ", 1)[0] for line in entry["requirements"]}
+
+
 def _arch_vars_set(stage: str) -> dict[str, str]:
     """The arch variables (and only those) an ENV of this stage sets."""
     return {k: v for k, v in ARCH_LINE.findall(stage) if k in arches.ARCH_VARIABLES}
@@ -92,8 +101,9 @@ def test_flash_attention_cuda_is_built_locally_never_downloaded(matrix) -> None:
     stage = stages["component-flash-attention"]
     assert 'FLASH_ATTENTION_FORCE_BUILD="TRUE"' in stage
     # psutil: setup_requires, which setuptools would otherwise fetch itself; packaging: imported at the top
-    install = stage.index("pip install packaging==24.0 psutil==5.9.8")
-    assert install < stage.index("pip wheel --no-build-isolation")
+    install = stage.index(LOCKED_INSTALL)  # packaging and psutil, by hash from the lock
+    assert stage.index("requirements/component-flash-attention.txt") < install < stage.index("pip wheel --no-build")
+    assert {"packaging==24.0", "psutil==5.9.8"} <= _locked_pins("cuda12.1-torch2.3", "component-flash-attention")
 
 
 @pytest.mark.parametrize("target_name", GPU_TARGETS)
@@ -104,7 +114,8 @@ def test_every_python_ext_stage_installs_its_imports_and_proves_it_compiled(matr
     for name, component in exts:
         stage = stages[f"component-{name}"]
         assert component.source.commit and f"fetch -q --depth 1 origin {component.source.commit}" in stage
-        assert "packaging==" in stage and stage.index("packaging==") < stage.index("pip wheel")
+        assert stage.index(LOCKED_INSTALL) < stage.index("pip wheel")
+        assert "packaging==24.0" in _locked_pins(target_name, f"component-{name}")
         assert "find build -name '*.o'" in stage, f"{name}: no proof the build compiled here"
         assert "no compiled module in the wheel" in stage
         assert "requirements-rocm.txt" not in stage
@@ -143,7 +154,8 @@ def test_cuda_target_builds_rotary_and_layer_norm_from_flash_attention_csrc(matr
         stage = stages[f"component-{name}"]
         assert f"fetch -q --depth 1 origin {FLASH_ATT_V1}" in stage
         workdir = stage.index(f"WORKDIR /src/{name}/{subdir}\n")
-        assert workdir < stage.index("pip install packaging==24.0") < stage.index("pip wheel --no-build-isolation")
+        assert workdir < stage.index(LOCKED_INSTALL) < stage.index("pip wheel --no-build-isolation")
+        assert "packaging==24.0" in _locked_pins("cuda12.1-torch2.3", f"component-{name}")
         assert stage.count("\nWORKDIR ") == 2, "the build must run in the subdirectory, nowhere else"
         # setup.py:98-104 (rotary) / :105-111 (layer_norm) hard-code these; torch then reads no arch variable
         assert _arch_vars_set(stage) == {}

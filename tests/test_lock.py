@@ -136,7 +136,9 @@ def test_unchanged_copy_passes_and_no_lock_only_warns(tmp_path: Path, cli) -> No
     assert cli("--matrix", str(root / "matrix.yaml"), "render", "--check").exit_code == 0
     (root / lockfile.LOCK_NAME).unlink()
     result = cli("--matrix", str(root / "matrix.yaml"), "render", "--check")
-    assert result.exit_code == 0 and "inputs are not locked" in result.stderr
+    assert "inputs are not locked" in result.stderr
+    # the committed Dockerfiles install the locked sets: without the lock they render the plain pins instead
+    assert result.exit_code == 1 and "local-cpu/Dockerfile (differs)" in result.stderr
 
 
 def test_a_broken_lock_file_is_one_error_line(tmp_path: Path, cli) -> None:

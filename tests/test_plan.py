@@ -84,10 +84,10 @@ def test_arches_table_matches_a_non_default_render(cli, tmp_path: Path, target: 
 def test_render_with_a_non_default_arch_never_touches_the_committed_files(cli, tmp_path: Path) -> None:
     root = repo_copy(tmp_path)
     committed = root / "dockerfiles" / "rocm6.1-torch2.3"
-    before = {p.name: p.read_bytes() for p in committed.iterdir()}
+    before = {p.relative_to(committed): p.read_bytes() for p in committed.rglob("*") if p.is_file()}
     result = cli("--matrix", str(root / "matrix.yaml"), "render", "rocm6.1-torch2.3", "--arch", "gfx942")
     assert result.exit_code == 0, result.stderr
-    assert {p.name: p.read_bytes() for p in committed.iterdir()} == before
+    assert {p.relative_to(committed): p.read_bytes() for p in committed.rglob("*") if p.is_file()} == before
     written = root / "build" / "render" / "rocm6.1-torch2.3" / "Dockerfile"  # where `build --arch` renders too
     assert 'PYTORCH_ROCM_ARCH="gfx942"' in written.read_text()
     assert "COPY build/render/rocm6.1-torch2.3/manifest.json /opt/imagebuild/manifest.json" in written.read_text()
@@ -102,7 +102,7 @@ def test_render_with_a_non_default_arch_never_touches_the_committed_files(cli, t
         str(root / "dockerfiles"),
     )
     assert refused.exit_code == 2 and "committed dockerfiles/" in refused.stderr
-    assert {p.name: p.read_bytes() for p in committed.iterdir()} == before
+    assert {p.relative_to(committed): p.read_bytes() for p in committed.rglob("*") if p.is_file()} == before
 
 
 def test_the_default_arches_by_name_are_the_committed_plan() -> None:

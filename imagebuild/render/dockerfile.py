@@ -16,6 +16,7 @@ from typing import Any
 import jinja2
 
 from imagebuild.errors import CheckFailed, ConfigError
+from imagebuild.lock import stages as lock_stages
 from imagebuild.matrix import Matrix, Target, TgiRuntime
 from imagebuild.matrix.arches import Resolution
 from imagebuild.plan.target_plan import COMMITTED_DIR, TargetPlan, image_ref, plan_for
@@ -157,7 +158,7 @@ def _final_env(target: Target) -> dict[str, str]:
     return env
 
 
-def _context(plan: TargetPlan) -> dict[str, Any]:
+def _context(plan: TargetPlan, sets: dict[str, tuple[str, str]] | None = None) -> dict[str, Any]:
     """The template variables; every stage's arch variables and the labels come from the plan."""
     target, resolution = plan.target, plan.resolution
     platform, build = target.platform, target.torch_build
@@ -186,7 +187,10 @@ def _context(plan: TargetPlan) -> dict[str, Any]:
         notes.append("experimental arches: " + ", ".join(t.id for t in resolution.experimental))
     runtime = _runtime_context(target)
     entrypoint, cmd = _entrypoint_and_cmd(target)
+    sets = _locked_sets(plan) if sets is None else sets
+    locked = {stage: f"{plan.out_dir}/{name}" for stage, (name, _) in sets.items()}
     return {
+        "locked": locked,
         "command": plan.render_command,
         "target": target.name,
         "notes": notes,
@@ -230,13 +234,23 @@ def render_plan(plan: TargetPlan) -> Rendered:
     """Render one plan's Dockerfile and manifest in memory."""
     env = environment(plan.root / "dockerfiles" / "templates")
     try:
-        dockerfile = env.get_template("Dockerfile.j2").render(**_context(plan))
+        sets = _locked_sets(plan)
+        dockerfile = env.get_template("Dockerfile.j2").render(**_context(plan, sets))
     except jinja2.TemplateError as exc:
         raise ConfigError(f"template error while rendering {plan.name}: {exc}") from None
     manifest_text = json.dumps(plan.manifest, indent=2, sort_keys=True) + "\n"
     notes = [f"{name}: {comp.reason}" for name, comp in plan.resolution.components.items() if comp.reason]
     files = {"Dockerfile": dockerfile, "manifest.json": manifest_text}
+    files.update({name: text for name, text in sets.values()})
     return Rendered(plan.key, files, plan.resolution, notes)
+
+
+def _locked_sets(plan: TargetPlan) -> dict[str, tuple[str, str]]:
+    """The stages whose pip installs come from the lock (imagebuild.lock.stages): base, a torch wheel, components."""
+    target = plan.target
+    stages = ["base", *(["torch"] if target.torch_build.obtain == "wheel" else [])]
+    stages += [f"component-{name}" for name, component in target.components if component.build_requires]
+    return lock_stages.stage_sets(plan.root, target, stages)
 
 
 def render_target(

@@ -16,11 +16,13 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 RUN python3 -m venv /opt/venv
 ENV PATH="/opt/venv/bin:${PATH}"
-RUN --mount=type=cache,target=/root/.cache/pip \
+# The platform's pip_packages as locked (matrix.lock.json): versions and sha256 of every file.
+RUN --mount=type=bind,source=build/render/x/requirements/base.txt,target=/tmp/imagebuild-lock/requirements.txt \
+    --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=pipcert --mount=type=secret,id=pipindex \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
     && if [ -s /run/secrets/pipindex ]; then PIP_INDEX_URL="$(cat /run/secrets/pipindex)" && export PIP_INDEX_URL; fi \
-    && pip install setuptools==69.5.1 wheel==0.43.0 ninja==1.11.1.1
+    && pip install --no-deps --require-hashes -r /tmp/imagebuild-lock/requirements.txt
 
 # ---- torch-build: PyTorch 2.3.0+rocm6.1 from source (https://github.com/fxmarty/pytorch 2.3-patched) ----
 FROM base AS torch-build
@@ -115,12 +117,13 @@ RUN git init -q vllm-rocm \
     && git -C vllm-rocm checkout -q --detach FETCH_HEAD \
     && git -C vllm-rocm submodule update -q --init --recursive --depth 1
 WORKDIR /src/vllm-rocm
-# What its setup.py imports besides torch and setuptools (--no-build-isolation installs nothing itself).
-RUN --mount=type=cache,target=/root/.cache/pip \
+# What its setup.py imports besides torch and setuptools (--no-build-isolation installs nothing itself), as locked.
+RUN --mount=type=bind,source=build/render/x/requirements/component-vllm-rocm.txt,target=/tmp/imagebuild-lock/requirements.txt \
+    --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=pipcert --mount=type=secret,id=pipindex \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
     && if [ -s /run/secrets/pipindex ]; then PIP_INDEX_URL="$(cat /run/secrets/pipindex)" && export PIP_INDEX_URL; fi \
-    && pip install packaging==24.0
+    && pip install --no-deps --require-hashes -r /tmp/imagebuild-lock/requirements.txt
 # Compiled here: the build tree must hold object files, so no prebuilt wheel slipped in.
 RUN --mount=type=cache,target=/root/.cache/ccache \
     --mount=type=cache,target=/root/.cache/pip \
