@@ -1,0 +1,769 @@
+#!/usr/bin/env python3
+"""Rehearse .github/workflows/images.yml here, the way a self-hosted runner would run it (docs/ci.md).
+
+Every job of the workflow, in `needs` order, each matrix leg after the other, runs its own `run:` steps, read from
+the YAML (never a copy), in one fresh Debian container made from the local base image: as the non-root user
+`runner` (passwordless sudo, as on a typical self-hosted runner), in a workspace that persists from job to job as a
+runner's does, against the loopback registry, with the host's engine through its socket. The actions the workflow
+uses are emulated from their inputs (checkout copies this working tree, upload/download-artifact copy folders,
+setup-python checks the runner's Python); an action the rehearsal does not know fails it. Expressions are
+evaluated by scripts/ci_expr.py: GitHub contexts with the values of a push to main (or `--event pull_request`),
+no secrets, repository variables pointing at the loopback registry.
+
+Stand-ins, printed on every run: the runner's admin provisioning is the runner image plus the host's docker, buildx
+and cosign binaries, mounted read-only; GPU legs run on the CPU with `--gpu none` and are marked as such (their
+arch check cannot pass there); the release job's OIDC identity is a throwaway cosign key pair handed only to jobs
+that ask for `id-token: write`, and GITHUB_ACTIONS is not set (on GitHub it is, and the workflow then refuses a key).
+
+Usage: python3 scripts/ci_rehearse.py [--target local-cpu] [--event push|pull_request] [--jobs matrix,build]
+       [--workflow PATH] [--registry 127.0.0.1:5000] [--prefix NAME] [--report FILE] [--keep] [-v]
+Exit: 0 every rehearsed step passed, 1 a step failed, 2 usage or setup error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ci_expr import Evaluator, ExprError, condition, expand, to_text  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+RUNNER_UID = 1001
+RUNNER_HOME = "/home/runner"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The runner's machine: what a self-hosted runner's admin installs once (docs/ci.md), nothing from the repository.
+RUNNER_DOCKERFILE = """\
+FROM {base}
+RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \\
+        python3 python3-venv python3-pip sudo git ca-certificates tar findutils >/dev/null \\
+    && rm -rf /var/lib/apt/lists/*
+RUN groupadd -o -g {docker_gid} docker-host && useradd -m -u {uid} -s /bin/bash -G docker-host runner \\
+    && printf 'runner ALL=(ALL) NOPASSWD:ALL\\n' > /etc/sudoers.d/runner && chmod 0440 /etc/sudoers.d/runner
+"""
+SHELLS = {
+    "bash": ["bash", "--noprofile", "--norc", "-eo", "pipefail", "{0}"],
+    "sh": ["sh", "-e", "{0}"],
+    "python": ["python3", "{0}"],
+}
+NO_SHELL = ["bash", "-e", "{0}"]  # GitHub's default on Linux when neither the step nor defaults name a shell
+GPU_LABELS = {"rocm", "cuda"}
+
+
+class SetupError(Exception):
+    """The rehearsal could not start (exit 2)."""
+
+
+@dataclass
+class StepResult:
+    job: str
+    leg: str
+    step: str
+    kind: str  # run or an action's name
+    status: str  # passed, failed, skipped
+    seconds: float = 0.0
+    exit_code: int | None = None
+    note: str = ""
+    log: str = ""
+
+
+@dataclass
+class LegResult:
+    job: str
+    leg: str
+    runs_on: Any
+    status: str
+    marks: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _docker() -> str:
+    found = os.environ.get("IMAGEBUILD_DOCKER") or shutil.which("docker") or "/usr/bin/docker"
+    if not os.access(found, os.X_OK):
+        raise SetupError("no docker client; run scripts/setup.sh")
+    return found
+
+
+def _host_tools() -> list[str]:
+    """The admin-provisioned tools of the host, mounted read-only at the same paths in the runner."""
+    paths = {os.environ.get("IMAGEBUILD_DOCKER", ""), shutil.which("docker") or "", shutil.which("cosign") or ""}
+    paths |= {"/usr/bin/docker", "/usr/local/bin/docker", "/usr/local/bin/cosign"}
+    plugin_dirs = [
+        "/usr/local/lib/docker/cli-plugins",
+        "/usr/local/libexec/docker/cli-plugins",
+        "/usr/lib/docker/cli-plugins",
+        "/usr/libexec/docker/cli-plugins",
+        "/usr/local/lib/imagebuild",
+    ]
+    paths |= {d for d in plugin_dirs if Path(d).is_dir()}
+    return sorted(p for p in paths if p and Path(p).exists())
+
+
+def _socket() -> str:
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if not host.startswith("unix://"):
+        raise SetupError(f"DOCKER_HOST={host}: the rehearsal hands the runner a unix socket only")
+    return host.removeprefix("unix://")
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True).stdout
+
+
+def _chown(path: Path) -> None:
+    if os.geteuid() == 0:
+        os.chown(path, RUNNER_UID, RUNNER_UID)
+
+
+def _legs(job: dict[str, Any], ev: Evaluator) -> list[dict[str, Any]]:
+    """The matrix legs of a job (strategy.matrix: axes' product, then include), [{}] without a matrix."""
+    matrix = (job.get("strategy") or {}).get("matrix")
+    if matrix is None:
+        return [{}]
+    matrix = expand(matrix, ev)
+    if not isinstance(matrix, dict):
+        raise ExprError(f"strategy.matrix is {type(matrix).__name__}, not a mapping")
+    include = matrix.pop("include", []) or []
+    exclude = matrix.pop("exclude", []) or []
+    axes = {k: v for k, v in matrix.items()}
+    for key, values in axes.items():
+        if not isinstance(values, list):
+            raise ExprError(f"matrix axis {key} is not a list")
+    legs = [dict(zip(axes, combo, strict=True)) for combo in product(*axes.values())] if axes else []
+    legs = [leg for leg in legs if not any(all(leg.get(k) == v for k, v in ex.items()) for ex in exclude)]
+    for extra in include:
+        matched = [leg for leg in legs if all(leg.get(k) == v for k, v in extra.items() if k in axes)]
+        if axes and matched:
+            for leg in matched:
+                leg.update({k: v for k, v in extra.items() if k not in axes})
+        else:
+            legs.append(dict(extra))
+    return legs
+
+
+def _leg_name(leg: dict[str, Any]) -> str:
+    keys = [k for k in ("target", "platform", "arch") if k in leg] or sorted(leg)
+    return " ".join(to_text(leg[k]) for k in keys)
+
+
+def _order(jobs: dict[str, Any]) -> list[str]:
+    done: list[str] = []
+    pending = list(jobs)
+    while pending:
+        for name in pending:
+            needs = jobs[name].get("needs") or []
+            needs = [needs] if isinstance(needs, str) else needs
+            if all(n in done for n in needs):
+                done.append(name)
+                pending.remove(name)
+                break
+        else:
+            raise SetupError(f"jobs with unmet or circular needs: {pending}")
+    return done
+
+
+def _file_commands(path: Path) -> dict[str, str]:
+    """GITHUB_ENV / GITHUB_OUTPUT lines: NAME=value and NAME<<DELIM ... DELIM."""
+    out: dict[str, str] = {}
+    if not path.is_file():
+        return out
+    lines = path.read_text().splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if "<<" in line and ("=" not in line or line.index("<<") < line.index("=")):
+            name, delim = line.split("<<", 1)
+            body = []
+            i += 1
+            while i < len(lines) and lines[i] != delim:
+                body.append(lines[i])
+                i += 1
+            out[name] = "\n".join(body)
+        elif "=" in line:
+            name, value = line.split("=", 1)
+            out[name] = value
+        i += 1
+    return out
+
+
+class Rehearsal:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.workflow_path = Path(args.workflow).resolve()
+        self.workflow: dict[str, Any] = yaml.safe_load(self.workflow_path.read_text())
+        self.docker = _docker()
+        self.id = uuid.uuid4().hex[:8]
+        base = Path(args.workdir)
+        base.mkdir(parents=True, exist_ok=True)
+        self.root = Path(tempfile.mkdtemp(prefix=f"{args.prefix}-", dir=base)).resolve()
+        os.chmod(self.root, 0o755)
+        self.container = f"{args.prefix}-{self.id}"
+        self.results: list[StepResult] = []
+        self.legs: list[LegResult] = []
+        self.needs: dict[str, dict[str, Any]] = {}
+        self.wheels: Path | None = None
+        self.image = ""
+        self.sha = _git("rev-parse", "HEAD").strip()
+        repo_name = REPO.name
+        self.workspace = self.root / "work" / repo_name / repo_name
+        self.artifacts = self.root / "artifacts"
+        self.staging = f"{args.registry}/{args.prefix}-{self.id}-staging"
+        self.public = f"{args.registry}/{args.prefix}-{self.id}"
+        event = args.event
+        self.github: dict[str, Any] = {
+            "event_name": event,
+            "ref": "refs/heads/main" if event != "pull_request" else "refs/pull/1/merge",
+            "ref_name": "main" if event != "pull_request" else "1/merge",
+            "sha": self.sha,
+            "repository": f"rehearsal/{repo_name}",
+            "repository_owner": "rehearsal",
+            "server_url": "https://github.com",
+            "run_id": self.id,
+            "run_attempt": "1",
+            "workflow": self.workflow.get("name", ""),
+            "workspace": str(self.workspace),
+            "event": {"pull_request": {"number": 1, "head": {"repo": {"full_name": f"rehearsal/{repo_name}"}}}}
+            if event == "pull_request"
+            else {"ref": "refs/heads/main"},
+        }
+        self.vars = {"IMAGEBUILD_STAGING": self.staging, "IMAGEBUILD_PUBLIC": self.public}
+
+    # ---------------------------------------------------------------- setup
+    def log(self, text: str) -> None:
+        print(f"rehearse: {text}", file=sys.stderr, flush=True)
+
+    def _run(self, argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, capture_output=True, text=True, **kw)
+
+    def runner_image(self) -> str:
+        gid = os.stat(_socket()).st_gid
+        text = RUNNER_DOCKERFILE.format(base=self.args.base_image, docker_gid=gid, uid=RUNNER_UID)
+        tag = f"{self.args.prefix}-runner:" + hashlib.sha256(text.encode()).hexdigest()[:12]
+        if self._run([self.docker, "image", "inspect", tag]).returncode == 0:
+            return tag
+        if self._run([self.docker, "image", "inspect", self.args.base_image]).returncode != 0:
+            raise SetupError(f"no base image {self.args.base_image}: run scripts/setup.sh (scripts/make-base-image.sh)")
+        self.log(f"making the runner image {tag} from {self.args.base_image}")
+        with tempfile.TemporaryDirectory() as ctx:
+            (Path(ctx) / "Dockerfile").write_text(text)
+            proc = self._run(
+                [self.docker, "build", "-q", "--network", "host", "-t", tag, ctx],
+                env={**os.environ, "DOCKER_BUILDKIT": "0"},
+                timeout=900,
+            )
+        if proc.returncode != 0:
+            raise SetupError(f"runner image build failed: {(proc.stderr or proc.stdout).strip()[-800:]}")
+        return tag
+
+    def snapshot(self) -> Path:
+        """This working tree as checkout would hand it over: tracked and unignored files, and .git."""
+        snap = self.root / "snapshot"
+        files = [f for f in _git("ls-files", "-co", "--exclude-standard", "-z").split("\0") if f]
+        with tempfile.TemporaryFile() as buf:
+            with tarfile.open(fileobj=buf, mode="w") as tar:
+                for name in files:
+                    if (REPO / name).exists() or (REPO / name).is_symlink():
+                        tar.add(REPO / name, arcname=name, recursive=False)
+                tar.add(REPO / ".git", arcname=".git")
+            buf.seek(0)
+            with tarfile.open(fileobj=buf, mode="r") as tar:
+                tar.extractall(snap, filter="tar")
+        subprocess.run(["chmod", "-R", "a+rX", str(snap)], check=True)
+        return snap
+
+    def signing_key(self) -> dict[str, str]:
+        keys = self.root / "keys"
+        keys.mkdir()
+        password = keys / "password"
+        password.write_text(uuid.uuid4().hex)
+        cosign = shutil.which("cosign")
+        if not cosign:
+            raise SetupError("cosign is not installed: run scripts/setup.sh")
+        proc = self._run(
+            [cosign, "generate-key-pair", "--output-key-prefix", str(keys / "cosign")],
+            env={**os.environ, "COSIGN_PASSWORD": password.read_text()},
+            timeout=60,
+        )
+        if proc.returncode != 0:
+            raise SetupError(f"cosign generate-key-pair failed: {proc.stderr.strip()[-300:]}")
+        for path in [keys, *keys.iterdir()]:
+            _chown(path)
+        return {
+            "IMAGEBUILD_REHEARSAL_SIGN_KEY": str(keys / "cosign.key"),
+            "IMAGEBUILD_REHEARSAL_KEY_PASSWORD_FILE": str(password),
+            "IMAGEBUILD_REHEARSAL_VERIFY_KEY": str(keys / "cosign.pub"),
+        }
+
+    def start(self, image: str) -> None:
+        mounts = [f"{self.root}:{self.root}", f"{_socket()}:/var/run/docker.sock"]
+        mounts += [f"{tool}:{tool}:ro" for tool in _host_tools()]
+        ca = os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
+        if Path(ca).is_file():
+            mounts.append(f"{ca}:/etc/ssl/certs/ca-certificates.crt:ro")
+        wheels = os.environ.get("PIP_FIND_LINKS", "").removeprefix("file://")
+        if wheels and Path(wheels).is_dir():
+            mounts.append(f"{wheels}:{wheels}:ro")
+        cache = Path(self.args.cache)
+        cache.mkdir(parents=True, exist_ok=True)
+        _chown(cache)
+        mounts.append(f"{cache}:{cache}")
+        argv = [self.docker, "run", "-d", "--rm", "--name", self.container, "--network", "host", "--init"]
+        argv += [a for m in mounts for a in ("-v", m)]
+        argv += ["--cpus", str(self.args.cpus)] if self.args.cpus else []
+        proc = self._run([*argv, image, "sleep", "infinity"], timeout=120)
+        if proc.returncode != 0:
+            raise SetupError(f"could not start the runner container: {proc.stderr.strip()[-500:]}")
+
+    def wheelhouse(self) -> Path | None:
+        """imagebuild's dependencies as wheels, made once per pyproject.toml in the runner (a runner's admin may
+        point pip at a mirror the same way): six venv installs then take seconds, not minutes of index queries."""
+        if self.args.no_wheelhouse:
+            return None
+        key = hashlib.sha256((REPO / "pyproject.toml").read_bytes() + self.image.encode()).hexdigest()[:12]
+        wheels = Path(self.args.cache) / f"wheels-{key}"
+        if (wheels / ".complete").is_file():
+            return wheels
+        self.log(f"making the runner's wheelhouse {wheels} (once per pyproject.toml)")
+        tmp = self.root / "tmp" / "wheelhouse"
+        w, part, t, snap = (shlex.quote(str(p)) for p in (wheels, f"{wheels}.partial", tmp, self.snap))
+        script = (
+            f"rm -rf {part} && mkdir -p {t} && cp -r {snap} {t}/src && python3 -m venv {t}/venv\n"
+            f"{t}/venv/bin/python -m pip wheel -q -w {part} {t}/src\n"
+            f"{t}/venv/bin/python -m pip download -q -d {part} 'setuptools>=68' wheel\n"
+            f"rm -f {part}/imagebuild-*.whl && mv {part} {w} && touch {w}/.complete && rm -rf {t}\n"
+        )
+        self.temp = self.root / "tmp"
+        env = {**self.machine_env(), "PIP_CACHE_DIR": str(Path(self.args.cache) / "pip")}
+        log = self.root / "wheelhouse.log"
+        if self.shell(script, env, 900, log, workdir="/") != 0:
+            raise SetupError(f"the wheelhouse could not be made: {log.read_text()[-800:]}")
+        return wheels
+
+    def stop(self) -> None:
+        self._run([self.docker, "rm", "-f", self.container], timeout=60)
+
+    def machine_env(self) -> dict[str, str]:
+        """The runner's own environment (its .env file on a real runner)."""
+        # TMPDIR at the same path inside and out: a bind mount imagebuild asks the engine for (the coverage
+        # scanner's copy of the contract package) names a folder the engine, on the host, can see
+        env = {"PATH": DEFAULT_PATH, "HOME": RUNNER_HOME, "LANG": "C.UTF-8", "TMPDIR": str(self.root / "tmp")}
+        env["PIP_CERT"] = env["SSL_CERT_FILE"] = env["REQUESTS_CA_BUNDLE"] = "/etc/ssl/certs/ca-certificates.crt"
+        for key in ("PIP_FIND_LINKS", "PIP_DEFAULT_TIMEOUT", "PIP_INDEX_URL", "IMAGEBUILD_DOCKER"):
+            if os.environ.get(key):
+                env[key] = os.environ[key]
+        env["PIP_CACHE_DIR"] = str(Path(self.args.cache) / "pip")
+        if self.wheels:  # the runner's local mirror of imagebuild's dependencies: pip stays off the network
+            env["PIP_FIND_LINKS"] = " ".join(filter(None, [env.get("PIP_FIND_LINKS"), str(self.wheels)]))
+            env["PIP_NO_INDEX"] = "1"
+        # the build tags images <repo>:<target>: keep the rehearsal's apart from the tags other work uses
+        env["IMAGEBUILD_LOCAL_REPO"] = f"{self.args.prefix}-local"
+        for item in self.args.runner_env:
+            key, _, value = item.partition("=")
+            env[key] = value
+        return env
+
+    # ---------------------------------------------------------------- in the container
+    def exec(self, argv: list[str], env: dict[str, str], workdir: str, timeout: float, log: Path) -> int:
+        cmd = [self.docker, "exec", "-u", "runner", "-w", workdir]
+        for key, value in env.items():
+            cmd += ["-e", f"{key}={value}"]
+        cmd += [self.container, *argv]
+        with log.open("a") as out:
+            try:
+                proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                out.write(f"\nrehearse: timed out after {timeout:.0f} s (timeout-minutes)\n")
+                self.stop()  # what still runs in the container ends with it
+                raise
+        if self.args.verbose:
+            sys.stderr.write(log.read_text()[-4000:])
+        return proc.returncode
+
+    def shell(self, script: str, env: dict[str, str], timeout: float, log: Path, workdir: str | None = None) -> int:
+        path = self.temp / f"rehearse-{uuid.uuid4().hex[:8]}.sh"
+        path.write_text(script)
+        _chown(path)
+        return self.exec(["bash", "-e", str(path)], env, workdir or str(self.workspace), timeout, log)
+
+    # ---------------------------------------------------------------- actions
+    def action(self, uses: str, inputs: dict[str, Any], env: dict[str, str], timeout: float, log: Path) -> int:
+        name = uses.split("@", 1)[0]
+        if not re.fullmatch(r"[0-9a-f]{40}", uses.partition("@")[2]):
+            with log.open("a") as out:
+                out.write(f"rehearse: note: {uses} is not pinned by commit SHA\n")
+        q = shlex.quote
+        ws = self.workspace
+        if name == "actions/checkout":
+            dest = ws / str(inputs.get("path", "")) if inputs.get("path") else ws
+            clean = to_text(inputs.get("clean", "true")) != "false"
+            wipe = f"find {q(str(dest))} -mindepth 1 -delete" if clean else ":"
+            script = (
+                f"mkdir -p {q(str(dest))}\n{wipe}\ntar -C {q(str(self.snap))} -cf - . | tar -C {q(str(dest))} -xf -\n"
+            )
+            if to_text(inputs.get("persist-credentials", "true")) != "false":
+                script += "echo 'rehearse: checkout would keep the token in the git config (persist-credentials)'\n"
+            return self.shell(script, env, timeout, log, workdir="/")
+        if name == "actions/setup-python":
+            want = to_text(inputs.get("python-version", ""))
+            script = (
+                f'have="$(python3 -c "import sys; print(\'%d.%d\' % sys.version_info[:2])")"\n'
+                f'if [ "$have" != {q(want)} ]; then echo "setup-python: the runner has Python $have, '
+                f'the step asks for {want} (the rehearsal does not download Pythons)"; exit 1; fi\n'
+                f'echo "setup-python: Python $have (the runner\'s own)"\n'
+            )
+            return self.shell(script, env, timeout, log)
+        if name == "actions/upload-artifact":
+            art = self.artifacts / to_text(inputs.get("name", "artifact"))
+            paths = [p for p in to_text(inputs.get("path", "")).splitlines() if p.strip()]
+            missing = to_text(inputs.get("if-no-files-found", "warn"))
+            if len(paths) != 1:
+                with log.open("a") as out:
+                    out.write("rehearse: upload-artifact with several paths is not emulated\n")
+                return 1
+            src = ws / paths[0].strip()
+            script = (
+                f"if [ -e {q(str(art))} ]; then echo 'upload-artifact: {art.name} exists'; exit 1; fi\n"
+                f'if [ -d {q(str(src))} ] && [ -n "$(ls -A {q(str(src))})" ]; then mkdir -p {q(str(art))}; '
+                f"cp -a {q(str(src))}/. {q(str(art))}/\n"
+                f"elif [ -f {q(str(src))} ]; then mkdir -p {q(str(art))}; cp -a {q(str(src))} {q(str(art))}/\n"
+                f"elif [ {q(missing)} = error ]; then echo 'upload-artifact: no files at {paths[0]}'; exit 1\n"
+                f"else echo 'upload-artifact: no files at {paths[0]} ({missing})'; fi\n"
+            )
+            return self.shell(script, env, timeout, log)
+        if name == "actions/download-artifact":
+            dest = ws / to_text(inputs.get("path", "")) if inputs.get("path") else ws
+            single = to_text(inputs.get("name", ""))
+            pattern = to_text(inputs.get("pattern", ""))
+            merge = to_text(inputs.get("merge-multiple", "false")) == "true"
+            if single:
+                src = self.artifacts / single
+                script = (
+                    f"[ -d {q(str(src))} ] || {{ echo 'download-artifact: no artifact named {single}'; exit 1; }}\n"
+                    f"mkdir -p {q(str(dest))} && cp -a {q(str(src))}/. {q(str(dest))}/\n"
+                )
+            else:
+                names = sorted(p.name for p in self.artifacts.iterdir() if fnmatch.fnmatchcase(p.name, pattern or "*"))
+                script = f"mkdir -p {q(str(dest))}\n" + "".join(
+                    f"mkdir -p {q(str(dest if merge else dest / n))} && "
+                    f"cp -a {q(str(self.artifacts / n))}/. {q(str(dest if merge else dest / n))}/\n"
+                    for n in names
+                )
+                script += f"echo 'download-artifact: {len(names)} artifact(s) matching {pattern}'\n"
+            return self.shell(script, env, timeout, log)
+        with log.open("a") as out:
+            out.write(f"rehearse: the action {uses} is not emulated; teach scripts/ci_rehearse.py what it does\n")
+        return 1
+
+    # ---------------------------------------------------------------- jobs
+    def job_contexts(self, matrix: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "github": self.github,
+            "vars": self.vars,
+            "secrets": {},
+            "inputs": {},
+            "matrix": matrix,
+            "needs": self.needs,
+            "strategy": {"fail-fast": False, "job-index": 0, "job-total": 1},
+        }
+
+    def run_job(self, name: str, job: dict[str, Any], keys: dict[str, str]) -> str:
+        needs = job.get("needs") or []
+        needs = [needs] if isinstance(needs, str) else needs
+        results = {n: self.needs.get(n, {}).get("result") for n in needs}
+
+        def job_status(fn: str) -> bool:
+            return {
+                "success": all(r == "success" for r in results.values()),
+                "failure": any(r == "failure" for r in results.values()),
+                "always": True,
+                "cancelled": False,
+            }[fn]
+
+        ev = Evaluator(self.job_contexts({}), job_status)
+        if not condition(job.get("if"), ev):
+            self.log(f"{name}: skipped (if: {job.get('if', 'success()')})")
+            self.needs[name] = {"result": "skipped", "outputs": {}}
+            self.legs.append(LegResult(name, "", None, "skipped"))
+            return "skipped"
+        legs = _legs(job, ev)
+        outcome = "success"
+        outputs: dict[str, Any] = {}
+        for matrix in legs:
+            leg_name = _leg_name(matrix)
+            if self.args.target and "target" in matrix and matrix["target"] not in self.args.target:
+                continue  # another target: not rehearsed (--target)
+            status, leg_outputs = self.run_leg(name, job, dict(matrix), leg_name, keys)
+            outputs.update(leg_outputs)
+            if status != "success":
+                outcome = "failure"
+        self.needs[name] = {"result": outcome, "outputs": outputs}
+        return outcome
+
+    def run_leg(
+        self, name: str, job: dict[str, Any], matrix: dict[str, Any], leg: str, keys: dict[str, str]
+    ) -> tuple[str, dict[str, Any]]:
+        marks: list[str] = []
+        ev = Evaluator(self.job_contexts(matrix))
+        runs_on = expand(job.get("runs-on"), ev)
+        labels = set(runs_on) if isinstance(runs_on, list) else {to_text(runs_on)}
+        if matrix.get("gpu") not in (None, "none") or labels & GPU_LABELS:
+            marks.append(f"GPU leg on the CPU: --gpu none instead of {matrix.get('gpu')} (its arch check cannot pass)")
+            matrix["gpu"] = "none"
+            ev = Evaluator(self.job_contexts(matrix))
+        started = time.monotonic()
+        timeout_s = float(job.get("timeout-minutes", 360)) * 60
+        self.temp = self.root / "temp"
+        self.log(f"{name} [{leg}] on {runs_on}" + "".join(f"  ** {m}" for m in marks))
+        log_dir = self.root / "logs" / name / (re.sub(r"[^A-Za-z0-9._-]+", "_", leg) or "job")
+        log_dir.mkdir(parents=True, exist_ok=True)
+        machine = self.machine_env()
+        # a runner empties its temp folder between jobs (as the runner user: a root-owned leftover fails here)
+        self.temp.mkdir(exist_ok=True)
+        _chown(self.temp)
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        for folder in (self.root / "work", self.workspace.parent, self.workspace):
+            _chown(folder)
+        wipe = self.exec(
+            ["find", str(self.temp), "-mindepth", "1", "-delete"], machine, "/", 60, log_dir / "0-temp.log"
+        )
+        if wipe != 0:
+            return self.fail_leg(name, leg, runs_on, marks, started, "the runner could not empty its temp folder")
+        base_env = {
+            **machine,
+            "CI": "true",
+            "GITHUB_WORKFLOW": str(self.github["workflow"]),
+            "GITHUB_RUN_ID": self.id,
+            "GITHUB_RUN_ATTEMPT": "1",
+            "GITHUB_JOB": name,
+            "GITHUB_SHA": self.sha,
+            "GITHUB_REF": self.github["ref"],
+            "GITHUB_REF_NAME": self.github["ref_name"],
+            "GITHUB_EVENT_NAME": self.github["event_name"],
+            "GITHUB_REPOSITORY": self.github["repository"],
+            "GITHUB_SERVER_URL": self.github["server_url"],
+            "GITHUB_WORKSPACE": str(self.workspace),
+            "RUNNER_TEMP": str(self.temp),
+            "RUNNER_OS": "Linux",
+            "RUNNER_ARCH": "X64",
+            "RUNNER_NAME": f"rehearsal-{self.id}",
+        }
+        permissions = job.get("permissions") or {}
+        if isinstance(permissions, dict) and permissions.get("id-token") == "write":
+            base_env.update(keys)  # the stand-in for this job's OIDC identity
+        env_ctx: dict[str, str] = {}
+        for key, value in (self.workflow.get("env") or {}).items():
+            env_ctx[key] = to_text(expand(value, Evaluator({**self.job_contexts(matrix), "env": env_ctx})))
+        for key, value in (job.get("env") or {}).items():
+            env_ctx[key] = to_text(expand(value, Evaluator({**self.job_contexts(matrix), "env": env_ctx})))
+        added_env: dict[str, str] = {}
+        added_path: list[str] = []
+        steps_ctx: dict[str, Any] = {}
+        failed = False
+        defaults = {
+            **((self.workflow.get("defaults") or {}).get("run") or {}),
+            **((job.get("defaults") or {}).get("run") or {}),
+        }
+        for index, step in enumerate(job.get("steps") or [], 1):
+            label = step.get("name") or step.get("uses") or (step.get("run") or "").splitlines()[0][:60]
+            kind = "run" if "run" in step else str(step.get("uses", "?")).split("@")[0]
+            log = log_dir / f"{index}.log"
+
+            def step_status(fn: str, failed: bool = failed) -> bool:
+                return {"success": not failed, "failure": failed, "always": True, "cancelled": False}[fn]
+
+            contexts = {
+                **self.job_contexts(matrix),
+                "env": {**env_ctx, **added_env},
+                "steps": steps_ctx,
+                "runner": {"temp": str(self.temp), "os": "Linux", "arch": "X64", "name": base_env["RUNNER_NAME"]},
+                "job": {"status": "failure" if failed else "success"},
+            }
+            sev = Evaluator(contexts, step_status)
+            if not condition(step.get("if"), sev):
+                self.record(StepResult(name, leg, label, kind, "skipped", note=f"if: {step.get('if', 'success()')}"))
+                continue
+            step_env = {k: to_text(expand(v, sev)) for k, v in (step.get("env") or {}).items()}
+            env = {**base_env, **env_ctx, **added_env, **step_env}
+            env["PATH"] = ":".join([*reversed(added_path), env["PATH"]])
+            files = {k: self.temp / f"_{k.lower()}_{index}" for k in ("GITHUB_ENV", "GITHUB_OUTPUT", "GITHUB_PATH")}
+            for key, path in files.items():
+                path.write_text("")
+                _chown(path)
+                env[key] = str(path)
+            env["GITHUB_STEP_SUMMARY"] = str(self.temp / "_summary")
+            remaining = timeout_s - (time.monotonic() - started)
+            if "timeout-minutes" in step:
+                remaining = min(remaining, float(step["timeout-minutes"]) * 60)
+            began = time.monotonic()
+            try:
+                if "run" in step:
+                    shell = step.get("shell") or defaults.get("shell")
+                    template = SHELLS.get(shell, shlex.split(shell)) if shell else NO_SHELL
+                    script = self.temp / f"step-{index}.sh"
+                    script.write_text(str(step["run"]) + "\n")
+                    _chown(script)
+                    argv = [str(script) if a == "{0}" else a for a in template]
+                    workdir = step.get("working-directory") or defaults.get("working-directory")
+                    wd = str(self.workspace / workdir) if workdir else str(self.workspace)
+                    code = self.exec(argv, env, wd, max(1.0, remaining), log)
+                else:
+                    inputs = expand(step.get("with") or {}, sev)
+                    code = self.action(str(step["uses"]), inputs, env, max(1.0, remaining), log)
+            except subprocess.TimeoutExpired:
+                code = 124
+            seconds = time.monotonic() - began
+            status = "passed" if code == 0 else "failed"
+            tail = "\n".join(log.read_text().splitlines()[-30:]) if log.exists() else ""
+            self.record(StepResult(name, leg, label, kind, status, round(seconds, 1), code, log=tail))
+            if "id" in step:
+                steps_ctx[step["id"]] = {
+                    "outputs": _file_commands(files["GITHUB_OUTPUT"]),
+                    "outcome": "success" if code == 0 else "failure",
+                    "conclusion": "success" if code == 0 or step.get("continue-on-error") else "failure",
+                }
+            added_env.update(_file_commands(files["GITHUB_ENV"]))
+            if files["GITHUB_PATH"].is_file():
+                added_path += [p for p in files["GITHUB_PATH"].read_text().splitlines() if p.strip()]
+            if code != 0 and not step.get("continue-on-error"):
+                failed = True
+            if code == 124:
+                self.log(f"{name} [{leg}]: job timeout ({job.get('timeout-minutes', 360)} min)")
+                break
+        ev_out = Evaluator({**self.job_contexts(matrix), "steps": steps_ctx})
+        outputs = {k: to_text(expand(v, ev_out)) for k, v in (job.get("outputs") or {}).items()}
+        status = "failure" if failed else "success"
+        seconds = round(time.monotonic() - started, 1)
+        self.legs.append(LegResult(name, leg, runs_on, status, marks, seconds))
+        self.log(f"{name} [{leg}]: {status} in {seconds} s")
+        return status, outputs
+
+    def fail_leg(
+        self, name: str, leg: str, runs_on: Any, marks: list[str], started: float, why: str
+    ) -> tuple[str, dict[str, Any]]:
+        self.record(StepResult(name, leg, "(runner)", "runner", "failed", note=why))
+        self.legs.append(LegResult(name, leg, runs_on, "failure", marks, round(time.monotonic() - started, 1)))
+        return "failure", {}
+
+    def record(self, result: StepResult) -> None:
+        self.results.append(result)
+        where = f"{result.job} [{result.leg}]" if result.leg else result.job
+        extra = f" (exit {result.exit_code})" if result.status == "failed" else ""
+        self.log(f"  {result.status:7} {result.seconds:6.1f} s  {where}: {result.step}{extra}")
+        if result.status == "failed" and result.log:
+            for line in result.log.splitlines()[-15:]:
+                print(f"    | {line}", file=sys.stderr)
+
+    # ---------------------------------------------------------------- all
+    def run(self) -> int:
+        jobs: dict[str, Any] = self.workflow.get("jobs") or {}
+        order = _order(jobs)
+        wanted = set(self.args.jobs.split(",")) if self.args.jobs else set(order)
+        unknown = wanted - set(order)
+        if unknown:
+            raise SetupError(f"no such job(s) in {self.workflow_path.name}: {', '.join(sorted(unknown))}")
+        self.log(
+            f"{self.workflow_path.name}: jobs {' -> '.join(j for j in order if j in wanted)}; event {self.args.event}; "
+            f"targets {', '.join(self.args.target) or 'all'}; staging {self.staging}; public {self.public}"
+        )
+        self.log(
+            "stand-ins: admin provisioning = runner image + host tools mounted read-only; OIDC = a throwaway "
+            "cosign key (GITHUB_ACTIONS unset); GPU legs = the CPU with --gpu none"
+        )
+        started = time.monotonic()
+        image = self.runner_image()
+        self.snap = self.snapshot()
+        for folder in (self.artifacts, self.root / "tmp"):
+            folder.mkdir()
+            _chown(folder)
+        keys = self.signing_key()
+        self.image = image
+        self.start(image)
+        self.wheels = self.wheelhouse()
+        try:
+            for name in order:
+                if name in wanted:
+                    self.run_job(name, jobs[name], keys)
+        finally:
+            if not self.args.keep:
+                self.stop()
+        total = round(time.monotonic() - started, 1)
+        failed = [r for r in self.results if r.status == "failed"]
+        ran = [r for r in self.results if r.status != "skipped"]
+        report = {
+            "workflow": str(self.workflow_path),
+            "event": self.args.event,
+            "targets": self.args.target,
+            "staging": self.staging,
+            "public": self.public,
+            "seconds": total,
+            "passed": bool(ran) and not failed,
+            "legs": [asdict(leg) for leg in self.legs],
+            "steps": [asdict(r) for r in self.results],
+            "root": str(self.root),
+        }
+        if self.args.report:
+            Path(self.args.report).parent.mkdir(parents=True, exist_ok=True)
+            Path(self.args.report).write_text(json.dumps(report, indent=2) + "\n")
+        if not self.args.keep:
+            shutil.rmtree(self.root, ignore_errors=True)
+        self.log(f"{'passed' if report['passed'] else 'FAILED'}: {len(ran)} steps ran, {len(failed)} failed, {total} s")
+        return 0 if report["passed"] else 1
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--workflow", default=str(REPO / ".github" / "workflows" / "images.yml"))
+    p.add_argument("--target", action="append", default=[], help="rehearse these targets' legs (default local-cpu)")
+    p.add_argument("--all-targets", action="store_true", help="every target's legs (GPU images need their bases)")
+    p.add_argument("--event", choices=["push", "pull_request"], default="push")
+    p.add_argument("--jobs", default="", help="comma-separated jobs to rehearse (default: all)")
+    p.add_argument("--registry", default=os.environ.get("IMAGEBUILD_TEST_REGISTRY", "127.0.0.1:5000"))
+    p.add_argument("--base-image", default=os.environ.get("IMAGEBUILD_BASE_IMAGE", "local/debian:bookworm"))
+    p.add_argument("--prefix", default="imagebuild-rehearsal", help="names of repositories, images, container")
+    p.add_argument("--workdir", default="/var/tmp", help="where the runner's folders go (same path inside)")
+    p.add_argument("--cache", default="/var/cache/imagebuild-rehearsal", help="the runner's pip cache, wheelhouse")
+    p.add_argument("--no-wheelhouse", action="store_true", help="pip installs from the index in every job")
+    p.add_argument("--runner-env", action="append", default=[], help="KEY=VALUE in the runner's environment")
+    p.add_argument("--cpus", type=float, default=0, help="limit the runner container's CPUs")
+    p.add_argument("--report", default="", help="JSON report of every leg and step")
+    p.add_argument("--keep", action="store_true", help="keep the container and folders")
+    p.add_argument("-v", "--verbose", action="store_true")
+    args = p.parse_args(argv)
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", args.prefix):
+        p.error("--prefix: lowercase letters, digits and ._- only")
+    if args.all_targets:
+        args.target = []
+    elif not args.target:
+        args.target = ["local-cpu"]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    try:
+        return Rehearsal(args).run()
+    except (SetupError, ExprError, OSError, yaml.YAMLError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
