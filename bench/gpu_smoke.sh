@@ -41,7 +41,7 @@ fi
 "$PY" -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)'
 
 # The image's kernels (kernels/), built here for this GPU; without them the suite records the ops as absent.
-KDIR=$WORK/site
+KDIR=${IB_KERNELS_SITE:-$WORK/site}  # IB_KERNELS_SITE: keep the built package (bench/gpu_kernels.sh IB_SITE_DIR)
 KERNELS_OK=0
 KJSON=()
 if [ "$DEVICE" = cpu ]; then
