@@ -115,6 +115,8 @@ def test_collector_is_stdlib_python_that_runs_here() -> None:
 def test_provenance_names_matrix_manifest_pins_and_revision(inventory: Inventory) -> None:
     pred = attest.provenance(inventory.labels, inventory.manifest, "matrix.yaml", inventory.component_sources)
     params = pred["buildDefinition"]["externalParameters"]
+    lock = params.pop("lock")  # the inventory's labels carry no io.imagebuild.lock: recorded as such
+    assert lock["state"] == "unrecorded" and "without a lock record" in lock["refused_because"]
     assert params == {"target": ROCM, "matrix": {"path": "matrix.yaml", "sha256": "ab" * 32}, "arches": "gfx90a;gfx942"}
     assert pred["buildDefinition"]["internalParameters"]["manifest"]["target"] == ROCM
     deps = {d["name"]: d for d in pred["buildDefinition"]["resolvedDependencies"]}

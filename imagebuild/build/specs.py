@@ -71,6 +71,7 @@ def plan_target(
 ) -> BuildSpec:
     """One target's BuildSpec on one OCI platform, read off its TargetPlan; a non-default plan is rendered into
     build/render/. The spec's name is the target's, `-<os>-<arch>` added past its first OCI platform."""
+    from imagebuild.lock.stages import label as lock_label
     from imagebuild.render.dockerfile import render_plan
 
     target_plan = resolve_plan(matrix, target, options.arch, env, options.allow_experimental, oci=oci)
@@ -86,7 +87,7 @@ def plan_target(
         context=target_plan.root,
         dockerfile=target_plan.dockerfile,
         tags=target_plan.tags(git, options.tags),
-        labels=target_plan.build_labels(git, matrix.sha256),
+        labels={**target_plan.build_labels(git, matrix.sha256), **lock_label(target_plan.root, target)},
         build_args=target_plan.build_args(files["Dockerfile"]),
         cache_from=list(options.cache_from),
         cache_to=list(options.cache_to),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -65,10 +66,32 @@ def _gate(result: PublishResult, image_id: str, found: tuple[list[Path], bool], 
     click.echo(f"warning: {result.warning} (--allow-unsmoked)", err=True)
 
 
+def _lock_gate(images: list[tuple[str, Any]], allow_unlocked: bool) -> dict[str, dict[str, Any]]:
+    """Exit 5 when an image was built from unlocked inputs (its io.imagebuild.lock label, imagebuild.lock.stages);
+    --allow-unlocked overrides, loudly, on the record. Returns what each image's lock record says."""
+    from imagebuild.lock.stages import publish_gate
+
+    records = {}
+    for name, found in images:
+        record, refusal = publish_gate(dict(found.labels or {}))
+        records[name] = record
+        if refusal is None:
+            continue
+        if not allow_unlocked:
+            raise PublishFailed(
+                f"refusing to publish {name}: {refusal}",
+                hint="run `imagebuild lock`, rebuild, or pass --allow-unlocked",
+            )
+        record["allowed_by"] = "--allow-unlocked"
+        warn(f"publishing {name} although {refusal} (--allow-unlocked)")
+    return records
+
+
 @click.command("publish")
 @click.argument("image", callback=image_or_dash_argument)
 @click.option("--registry", "registry", required=True, help="HOST[:PORT]/REPO to publish to.")
 @click.option("--allow-unsmoked", is_flag=True, help="Publish without a passing smoke report (recorded).")
+@click.option("--allow-unlocked", is_flag=True, help="Publish an image built from unlocked inputs (recorded).")
 @click.option(
     "--report",
     "smoke_reports",
@@ -105,6 +128,7 @@ def command(
     image: str,
     registry: str,
     allow_unsmoked: bool,
+    allow_unlocked: bool,
     smoke_reports: tuple[Path, ...],
     out_path: Path | None,
     tags: tuple[str, ...],
@@ -138,6 +162,7 @@ def command(
     client = docker_client()
     listed = index.chosen_platforms(matrix_path, image, platforms)
     if len(listed) > 1:  # one OCI index per tag, every platform smoked (issue 15)
+        _lock_gate(_platform_images(client, image, listed, root), allow_unlocked)
         index.publish_target_index(
             client,
             image,
@@ -160,8 +185,24 @@ def command(
     out = out_path or root / "build" / "publish" / name / "publish-report.json"
     with _recorded(result, out):
         _gate(result, ref.image_id, reports, allow_unsmoked)
+        result.lock = _lock_gate([(image, found)], allow_unlocked)[image]
         sign = (lambda: signing.sign_publish(client, result, reports[0], out)) if signing.wanted() else None
         publish_image(client, found, image, dest, result, list(tags) or public_tags(ref, image), _log, sign)
+
+
+def _platform_images(client: Any, target: str, platforms: tuple[str, ...], root: Path) -> list[tuple[str, Any]]:
+    """Each platform's local image of the target, as publish_target_index resolves them (a missing one: skipped,
+    that function says which and how to build it)."""
+    from imagebuild.engine.docker import resolve_image
+
+    found = []
+    for platform in platforms:
+        name = index.local_name(target, platform, platforms[0])
+        try:
+            found.append((name, resolve_image(client, name, [name], root)[1]))
+        except ConfigError:
+            continue
+    return found
 
 
 def _promote(

@@ -55,3 +55,41 @@ def unlocked(root: Path, target: Target) -> tuple[str | None, list[str]]:
         return None, [f"{lockfile.LOCK_NAME} has no {target.name} {target.oci_platform}"]
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
     return sha, sorted(k for k in keys if doc["inputs"].get(k, {}).get("status") not in ("locked", "local"))
+
+
+LABEL = "io.imagebuild.lock"
+
+
+def label(root: Path, target: Target) -> dict[str, str]:
+    """The build label recording the lock the image was built from: its sha256 and the inputs it left unpinned."""
+    import json
+
+    sha, missing = unlocked(root, target)
+    return {LABEL: json.dumps({"sha256": sha, "unlocked": missing}, separators=(",", ":"), sort_keys=True)}
+
+
+def publish_gate(labels: dict[str, str] | None) -> tuple[dict[str, Any], str | None]:
+    """(what the publish report and provenance record about the lock, why publish refuses or None).
+
+    An image built by imagebuild (io.imagebuild.target) without the lock label, or one whose label lists unlocked
+    inputs, is refused; an image not built by imagebuild carries no claim either way (recorded as unknown).
+    """
+    import json
+
+    labels = labels or {}
+    text = labels.get(LABEL)
+    if text is None:
+        if labels.get("io.imagebuild.target"):
+            return {"state": "unrecorded"}, "it was built without a lock record (no io.imagebuild.lock label)"
+        return {"state": "unknown", "why": "not built by imagebuild: no lock claim"}, None
+    try:
+        data = json.loads(text)
+        missing = [str(k) for k in data["unlocked"]][:100]
+        sha = data.get("sha256")
+    except (ValueError, KeyError, TypeError, RecursionError):
+        return {"state": "unreadable"}, f"its {LABEL} label is not the lock record imagebuild writes"
+    record = {"state": "locked" if not missing else "unlocked", "sha256": sha, "unlocked": missing}
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        return record, f"it was built from {len(missing)} unlocked input(s): {shown}"
+    return record, None

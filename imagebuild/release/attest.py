@@ -116,6 +116,7 @@ def provenance(
                 "target": labels.get("io.imagebuild.target"),
                 "matrix": {"path": matrix_path, "sha256": labels.get("io.imagebuild.matrix-sha256")},
                 "arches": labels.get("io.imagebuild.arches"),
+                "lock": _lock_record(labels),
             },
             "internalParameters": {"manifest": manifest, "labels": dict(labels), "engine": engine},
             "resolvedDependencies": deps,
@@ -125,6 +126,14 @@ def provenance(
             "metadata": metadata,
         },
     }
+
+
+def _lock_record(labels: Mapping[str, str]) -> dict[str, Any]:
+    """The lock the image was built from (matrix.lock.json's sha256, the inputs it left unpinned), as publish saw it."""
+    from imagebuild.lock.stages import publish_gate
+
+    record, refusal = publish_gate(dict(labels))
+    return {**record, "refused_because": refusal} if refusal else record
 
 
 def smoke_predicate(report: Mapping[str, Any]) -> dict[str, Any]:

@@ -100,6 +100,7 @@ class PublishResult:
     attestations: list[str] = field(default_factory=list)  # BuildKit attestation manifests left out of the index
     require_oci: bool = False  # --oci: anything but OCI media types read back stops the publish before any tag moves
     ref: ImageRef | None = None  # the image, as build or the registry recorded it; pushed: repository and digest
+    lock: dict[str, Any] | None = None  # the image's lock record (io.imagebuild.lock; imagebuild.lock.stages)
 
     def write(self, path: Path) -> None:
         data = {k: v for k, v in self.__dict__.items() if k != "ref"}
