@@ -155,3 +155,18 @@ def test_gen_server_requirements_are_read_from_the_makefile_recipe() -> None:
     assert pipsets.gen_server_requirements(makefile, "gen-server") == ["a==1", "b>=2"]
     with pytest.raises(pipsets.ResolveError):
         pipsets.gen_server_requirements(makefile, "nope")
+
+
+def test_a_locked_image_digest_puts_the_from_line_on_that_digest(tmp_path: Path, cli) -> None:
+    """Where the lock holds a registry digest (not here: Docker Hub does not answer), FROM names it."""
+    root = _copy_repo(tmp_path)
+    path = root / lockfile.LOCK_NAME
+    doc = json.loads(path.read_text())
+    digest = "sha256:" + "5" * 64
+    doc["inputs"]["image:rust:1.78.0-bookworm"].update({"status": "locked", "digest": digest})
+    path.write_text(json.dumps(doc))
+    assert cli("--matrix", str(root / "matrix.yaml"), "render").exit_code == 0
+    dockerfile = (root / "dockerfiles" / "cuda12.1-torch2.3" / "Dockerfile").read_text()
+    assert f"FROM rust:1.78.0-bookworm@{digest} AS runtime-build" in dockerfile
+    local = (root / "dockerfiles" / "local-cpu" / "Dockerfile").read_text()
+    assert "FROM local/debian:bookworm AS base" in local  # a local base is never pinned by a machine's own ID

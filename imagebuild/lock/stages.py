@@ -8,6 +8,7 @@ pip, and nothing outside the set is resolved in the build. A stage whose set is 
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,18 @@ HEADER = (
 
 
 def _doc(root: Path) -> dict[str, Any] | None:
-    return lockfile.load(root / lockfile.LOCK_NAME)
+    """The lock beside the matrix in root, read once per version of the file (render asks for every stage)."""
+    path = root / lockfile.LOCK_NAME
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    return _load(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _load(path: str, mtime_ns: int, size: int) -> dict[str, Any] | None:
+    return lockfile.load(Path(path))
 
 
 def stage_sets(root: Path, target: Target, stages: list[str]) -> dict[str, tuple[str, str]]:
@@ -93,3 +105,17 @@ def publish_gate(labels: dict[str, str] | None) -> tuple[dict[str, Any], str | N
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
         return record, f"it was built from {len(missing)} unlocked input(s): {shown}"
     return record, None
+
+
+def pinned_ref(root: Path, ref: str) -> str:
+    """`ref@digest` when the lock holds the registry's digest for ref (FROM by digest), else ref unchanged.
+
+    A local base image (made on each machine by scripts/setup.sh) is never pinned this way: its ID differs per
+    machine, and the lock records it only as what this machine made."""
+    if "@" in ref:
+        return ref
+    doc = _doc(root)
+    entry = (doc or {}).get("inputs", {}).get(f"image:{ref}")
+    if entry is None or entry["status"] != "locked" or not str(entry.get("digest", "")).startswith("sha256:"):
+        return ref
+    return f"{ref}@{entry['digest']}"

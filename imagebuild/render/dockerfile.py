@@ -186,6 +186,8 @@ def _context(plan: TargetPlan, sets: dict[str, tuple[str, str]] | None = None) -
     if resolution.experimental:
         notes.append("experimental arches: " + ", ".join(t.id for t in resolution.experimental))
     runtime = _runtime_context(target)
+    if runtime is not None and "builder_ref" in runtime:
+        runtime["builder_ref"] = lock_stages.pinned_ref(plan.root, runtime["builder_ref"])
     entrypoint, cmd = _entrypoint_and_cmd(target)
     sets = _locked_sets(plan) if sets is None else sets
     locked = {stage: f"{plan.out_dir}/{name}" for stage, (name, _) in sets.items()}
@@ -197,7 +199,7 @@ def _context(plan: TargetPlan, sets: dict[str, tuple[str, str]] | None = None) -
         "platform": {
             "kind": platform.kind,
             "version": platform.version,
-            "base_ref": stages["base"].parent,
+            "base_ref": lock_stages.pinned_ref(plan.root, stages["base"].parent),
             "python": platform.python,
             "apt_packages": platform.apt_packages,
             "pip_packages": platform.pip_packages,
