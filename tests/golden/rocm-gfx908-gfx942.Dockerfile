@@ -12,7 +12,7 @@ ENV DEBIAN_FRONTEND=noninteractive \
 # Package versions come from the pinned base image's distribution snapshot.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends rocthrust-dev hipsparse-dev hipblas-dev hipblaslt-dev rocblas-dev hiprand-dev rocrand-dev miopen-hip-dev hipfft-dev hipcub-dev hipsolver-dev rccl-dev cmake git curl make python3-dev python3-venv ccache ninja-build \
+    && apt-get install -y --no-install-recommends build-essential rocthrust-dev hipsparse-dev hipblas-dev hipblaslt-dev rocblas-dev hiprand-dev rocrand-dev miopen-hip-dev hipfft-dev hipcub-dev hipsolver-dev rccl-dev cmake git curl make python3-dev python3-venv ccache ninja-build \
     && rm -rf /var/lib/apt/lists/*
 RUN python3 -m venv /opt/venv
 ENV PATH="/opt/venv/bin:${PATH}"
@@ -150,6 +150,9 @@ RUN channel="$(sed -n 's/^channel *= *"\([^"]*\)".*/\1/p' runtime/rust-toolchain
 # ---- runtime-build: the Rust launcher, router and benchmark (cargo workspace; protoc for the router's gRPC client) ----
 FROM rust:1.78.0-bookworm AS runtime-build
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# rustup takes RUSTUP_TOOLCHAIN over rust-toolchain.toml, so the file's components (rustfmt, clippy) are never
+# downloaded mid-build; the builder carries this toolchain (checked below), and nothing here runs rustfmt or clippy.
+ENV RUSTUP_TOOLCHAIN=1.78.0
 # Package versions come from the pinned builder image's distribution snapshot.
 # hadolint ignore=DL3008
 RUN apt-get update \
@@ -198,8 +201,7 @@ ENV PYTORCH_ROCM_ARCH="gfx908;gfx942" \
     FA_GFX_ARCHS="gfx908;gfx942" \
     AOTRITON_TARGET_ARCH="gfx908;gfx942"
 ENV HIP_FORCE_DEV_KERNARG="1" \
-    ROCM_USE_FLASH_ATTN_V2_TRITON="0" \
-    ROCM_USE_SKINNY_GEMM="1"
+    ROCM_USE_FLASH_ATTN_V2_TRITON="0"
 ENV HF_HOME="/data" \
     PYTORCH_TUNABLEOP_ENABLED="1" \
     PYTORCH_TUNABLEOP_TUNING="0" \
