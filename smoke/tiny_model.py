@@ -20,6 +20,15 @@ _CORPUS = [
 ]
 PROMPT = "hello world from the image"
 SPECIAL = ["<unk>", "<s>", "</s>"]
+# A chat template, so `/v1/chat/completions` serves it (without one transformers answers 500): each message as
+# `role: content` on its own line, then `assistant:` when a reply is asked for. Roles and content are the words
+# the tokenizer knows, or bytes it splits; no special token is needed.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] }}: "
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}{{ part['text'] }}{% endfor %}{% endif %}\n"
+    "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
+)
 
 
 def build(dest: Path, *, layers: int = 2, hidden: int = 128, heads: int = 2, kv_heads: int = 1) -> Path:
@@ -39,6 +48,7 @@ def build(dest: Path, *, layers: int = 2, hidden: int = 128, heads: int = 2, kv_
     )
     raw.train_from_iterator(_CORPUS, trainer)  # no byte alphabet: every token decodes to whole characters
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(str(dest))
 
     ids = {tok: raw.token_to_id(tok) for tok in SPECIAL}

@@ -45,8 +45,15 @@ def test_local_cpu_builds_the_runtime_from_hashed_wheels_and_installs_them_under
 def test_local_cpu_manifest_says_how_to_serve() -> None:
     runtime = json.loads((REPO / "dockerfiles" / "local-cpu" / "manifest.json").read_text())["runtime"]
     assert runtime["kind"] == "pip" and runtime["api"] == "openai" and runtime["health"] == "/health"
-    assert runtime["serve"][:2] == ["transformers", "serve"] and runtime["entrypoint"] == "transformers"
-    assert "{model}" in runtime["serve"] and "{port}" in runtime["serve"]
-    assert runtime["serve"][runtime["serve"].index("--host") + 1] == "127.0.0.1"
+    # The guard in front (issue 21: transformers serve has no limits of its own), the runtime behind it
+    guard, own = runtime["serve"][: runtime["serve"].index("--")], runtime["serve"][runtime["serve"].index("--") + 1 :]
+    assert guard[:2] == ["python3", "/opt/imagebuild/imagecontract/serve_guard.py"] and "{port}" in guard
+    limits = runtime["limits"]
+    assert guard[guard.index("--max-new-tokens") + 1] == str(limits["max_new_tokens"])
+    assert guard[guard.index("--max-request-bytes") + 1] == str(limits["max_request_bytes"])
+    assert guard[guard.index("--max-concurrency") + 1] == str(limits["max_concurrency"])
+    assert own[:2] == ["transformers", "serve"] and runtime["entrypoint"] == "transformers"
+    assert "{model}" in own and "{upstream_port}" in own and "{port}" not in own
+    assert own[own.index("--host") + 1] == "127.0.0.1" and guard[guard.index("--host") + 1] == "127.0.0.1"
     assert runtime["serve_env"]["HF_HUB_OFFLINE"] == "1" and runtime["attention"] == {}
     assert (REPO / runtime["requirements"]).is_file()

@@ -48,10 +48,33 @@ STANDIN = textwrap.dedent(
             else:
                 self._send(503, {"status": "loading"})
 
+        def _sse(self, events):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            for event in events:
+                self.wfile.write(b"data: " + json.dumps(event).encode() + b"\\n\\n")
+                self.wfile.flush()
+
         def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            raw = self.rfile.read(int(self.headers["Content-Length"]))
             time.sleep(0.01)
-            if self.path == "/v1/completions":
+            try:
+                body = json.loads(raw)
+                assert isinstance(body, dict)
+            except (ValueError, AssertionError):
+                return self._send(400 if mode != "naive" else 500, {"error": "not a JSON object"})
+            need = {"/v1/completions": "prompt", "/v1/chat/completions": "messages", "/generate": "inputs"}
+            limit = body.get("max_tokens", body.get("parameters", {}).get("max_new_tokens", 1))
+            if need.get(self.path, "") not in body or not 1 <= limit <= 64:
+                return self._send(400 if mode != "naive" else 500, {"error": "refused"})
+            if self.path == "/v1/chat/completions":
+                n = body["max_tokens"]
+                if body.get("stream"):
+                    return self._sse([{"choices": [{"index": 0, "delta": {"content": " tok"}}]}] * n)
+                message = {"role": "assistant", "content": " tok" * n}
+                self._send(200, {"choices": [{"index": 0, "message": message}], "usage": {"completion_tokens": n}})
+            elif self.path == "/v1/completions":
                 n = 0 if mode == "no-tokens" else body["max_tokens"]
                 text = "" if mode == "no-tokens" else " tok" * n
                 usage = {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}
@@ -140,6 +163,29 @@ def test_standin_server_that_generates_passes_with_timings_and_baseline(tmp_path
     proc, check = _run_check(tmp_path, _runtime(tmp_path, "ok"), "--baseline", str(base))
     assert proc.returncode == 1 and check["status"] == "failed", check
     assert "latency regression: ttft_s" in check["reason"]
+
+
+def test_standin_server_that_answers_hostile_requests_with_500_fails_naming_each(tmp_path: Path) -> None:
+    """A server that generates but answers malformed or out-of-range requests with 500 (transformers serve
+    before the guard, issue 21) fails the hostile part, one line per case; the stand-in that refuses with 400
+    passes it (above) and its report holds each case's status."""
+    proc, check = _run_check(tmp_path, _runtime(tmp_path, "naive"))
+    assert proc.returncode == 1 and check["status"] == "failed", check
+    for case in ("malformed-json", "missing-messages", "negative-max-tokens", "huge-max-tokens"):
+        assert f"hostile client: {case}: answered 500" in check["reason"], check["reason"]
+    proc, check = _run_check(tmp_path, _runtime(tmp_path, "ok", limits=None))
+    hostile = check["numbers"]["hostile"]
+    assert {k: v for k, v in hostile.items() if isinstance(v, int)} == {
+        "malformed-json": 400,
+        "not-an-object": 400,
+        "missing-prompt": 400,
+        "missing-messages": 400,
+        "negative-max-tokens": 400,
+        "huge-max-tokens": 400,
+        "huge-max-tokens-chat": 400,
+    }
+    assert check["numbers"]["chat_sample"].startswith(" tok") and check["numbers"]["chat_stream_sample"]
+    assert hostile["recovery_s_max"] < 10 and hostile["disconnect_mid_stream_s"] < 10
 
 
 def test_standin_server_that_does_not_start_fails_with_its_log(tmp_path: Path) -> None:

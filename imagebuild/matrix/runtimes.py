@@ -102,6 +102,14 @@ class TgiRuntime(Strict):
         return self
 
 
+class RuntimeLimits(Strict):
+    """What the image's server refuses; enforced by imagecontract/serve_guard.py in front of the runtime."""
+
+    max_new_tokens: int = Field(ge=1, le=1_000_000, description="Most tokens one request may generate.")
+    max_request_bytes: int = Field(ge=1024, le=1 << 30, description="Largest request body in bytes.")
+    max_concurrency: int = Field(ge=1, le=4096, description="Generations at once; one more is refused (429).")
+
+
 class PipRuntime(Strict):
     """A serving runtime installed from the package index, every package pinned by a requirements file."""
 
@@ -122,6 +130,13 @@ class PipRuntime(Strict):
         description="Request flavour: openai (/v1/completions) or tgi (/generate).",
     )
     startup_timeout_s: int = Field(default=300, ge=1, description="Seconds the smoke suite waits for health.")
+    limits: RuntimeLimits | None = Field(
+        default=None,
+        description=(
+            "Request limits the image enforces: the serve command puts imagecontract/serve_guard.py (uvicorn, "
+            "request checks) in front of the runtime, which listens on `{upstream_port}` instead of `{port}`."
+        ),
+    )
 
 
 Runtime = Annotated[TgiRuntime | PipRuntime, Field(discriminator="kind")]

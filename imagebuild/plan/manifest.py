@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from imagebuild.matrix import Source, Target, TgiRuntime
+from imagebuild.matrix import PipRuntime, Source, Target, TgiRuntime
 from imagebuild.matrix.arches import Resolution
 
 MANIFEST_SCHEMA_VERSION = 1
@@ -89,6 +89,24 @@ def manifest(target: Target, resolution: Resolution) -> dict[str, Any]:
     }
 
 
+GUARD = "/opt/imagebuild/imagecontract/serve_guard.py"
+
+
+def _serve_argv(runtime: TgiRuntime | PipRuntime) -> list[str]:
+    """The argv that serves: the runtime's own, or, when the matrix gives limits the runtime has no options for,
+    the guard on `{port}` with the runtime behind it on the port the guard picks (`{upstream_port}`)."""
+    own = [runtime.entrypoint, *runtime.serve]
+    limits = getattr(runtime, "limits", None)
+    if limits is None:
+        return own
+    return [
+        "python3", GUARD, "--host", "127.0.0.1", "--port", "{port}", "--model", "{model}",
+        "--max-new-tokens", str(limits.max_new_tokens), "--max-request-bytes", str(limits.max_request_bytes),
+        "--max-concurrency", str(limits.max_concurrency), "--",
+        *(arg.replace("{port}", "{upstream_port}") for arg in own),
+    ]  # fmt: skip
+
+
 def _runtime_manifest(target: Target, resolution: Resolution) -> dict[str, Any] | None:
     """The manifest's `runtime` section (docs/contracts.md): what the smoke suite starts and how it talks to it."""
     runtime = target.runtime
@@ -98,7 +116,7 @@ def _runtime_manifest(target: Target, resolution: Resolution) -> dict[str, Any] 
         "name": target.runtime_name,
         "kind": runtime.kind,
         "entrypoint": runtime.entrypoint,
-        "serve": [runtime.entrypoint, *runtime.serve],
+        "serve": _serve_argv(runtime),
         "health": runtime.health,
         "api": runtime.api,
         "serve_env": dict(runtime.serve_env),
@@ -109,6 +127,8 @@ def _runtime_manifest(target: Target, resolution: Resolution) -> dict[str, Any] 
         section["attention"] = tgi_attention_promises(target, resolution)
     else:
         section["requirements"] = runtime.requirements
+        if runtime.limits is not None:
+            section["limits"] = runtime.limits.model_dump()
         section["attention"] = {}  # a pip runtime makes no flash / paged promises
     return section
 

@@ -86,10 +86,20 @@ class ComponentEntry(Model):
 
 
 @dataclass
+class RuntimeLimits(Model):
+    """What the image's server refuses (imagecontract/serve_guard.py in front of a runtime without the options)."""
+
+    max_new_tokens: int = doc("most tokens one request may generate; max_tokens above it is a 400")
+    max_request_bytes: int = doc("largest request body; a larger one is a 413")
+    max_concurrency: int = doc("generations at once; one more is a 429")
+
+
+@dataclass
 class Runtime(Model):
     """How the smoke `runtime` check starts the image's server and queries it."""
 
-    OMIT_NONE: ClassVar[tuple[str, ...]] = ("source", "requirements")  # tgi has a source, pip a requirements file
+    # tgi has a source, pip a requirements file; limits only where the image enforces them
+    OMIT_NONE: ClassVar[tuple[str, ...]] = ("source", "requirements", "limits")
 
     name: str
     kind: Literal["tgi", "pip"]
@@ -102,6 +112,7 @@ class Runtime(Model):
     attention: dict[str, dict[str, bool]] = field(default_factory=dict)
     source: Source | None = None
     requirements: str | None = None
+    limits: RuntimeLimits | None = None
 
 
 @dataclass

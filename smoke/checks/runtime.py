@@ -4,7 +4,9 @@ Images once shipped a runtime that started but generated nothing, or TGI silentl
 check builds a random-weight model and a local tokenizer (no hub download), starts the server on a free
 127.0.0.1 port, waits for its health endpoint, sends generate requests and checks that tokens come back.
 For TGI it first holds flash and paged attention against the manifest's promises (smoke/tgi_attention.py).
-Server start, time to first token and tokens/s go in the report and take part in ``--baseline``.
+Server start, time to first token and tokens/s go in the report and take part in ``--baseline``. Then the
+hostile part (smoke/hostile.py): chat plain and streaming, malformed and out-of-range requests, a client that
+leaves mid-stream; each must get a 4xx or a bounded answer, and the server must answer normally right after.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from imagecontract.models.manifest import Runtime
+from smoke import hostile
 from smoke.context import Context
 from smoke.result import CheckResult
 from smoke.serve import ServeError, Server, fill, free_port, generate
@@ -49,6 +52,19 @@ def run(ctx: Context) -> CheckResult:
             return res.skip("this runtime serves on the image's GPU and none is usable (see the environment check)")
     serve_once(runtime, res)
     return res.finish()
+
+
+def _hostile_part(runtime: Runtime, base_url: str, model: str, res: CheckResult) -> None:
+    """Chat (plain and streaming) where the API has it, then the hostile clients of smoke/hostile.py."""
+    if runtime.api == "openai":
+        res.numbers["chat_sample"] = hostile.chat(base_url, model, PROMPT, stream=False)[:80]
+        res.numbers["chat_stream_sample"] = hostile.chat(base_url, model, PROMPT, stream=True)[:80]
+    limits = runtime.limits.to_dict() if runtime.limits is not None else {}
+    res.numbers["limits"] = limits
+    numbers, failures = hostile.run(runtime.api, base_url, model, PROMPT, limits)
+    res.numbers["hostile"] = numbers
+    for failure in failures:
+        res.fail(f"hostile client: {failure}")
 
 
 def _tgi_attention(promises: dict[str, dict[str, bool]], arch: str) -> list[str]:
@@ -122,6 +138,7 @@ def _serve(runtime: Runtime, model: str, log_path: Path, res: CheckResult) -> No
         res.numbers["tokens_per_s_samples"] = [round(r, 2) for r in rates]
         res.numbers["ttft_s_samples"] = [round(g.seconds, 4) for g in ttft]
         res.numbers.update(completion_tokens=runs[0].tokens, completion_sample=runs[0].text[:80])
+        _hostile_part(runtime, server.base_url, model, res)
     except ServeError as exc:
         res.fail(str(exc))
     finally:
