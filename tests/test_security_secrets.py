@@ -121,7 +121,7 @@ def test_value_files_are_named_by_position_and_removed(private_tmp: Path) -> Non
 
 
 def test_secret_files_are_private(private_tmp: Path) -> None:
-    secrets = collect_secrets({"MYTOKEN": TOKEN, "PIP_CERT": "/nonexistent"}, ["id=tok,env=MYTOKEN"])
+    secrets = collect_secrets({"MYTOKEN": TOKEN}, ["id=tok,env=MYTOKEN"])
     try:
         path = secrets.files["tok"]
         assert path.parent.parent == private_tmp and path.read_text() == TOKEN

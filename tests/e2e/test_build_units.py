@@ -76,11 +76,12 @@ def test_secret_values_become_files_and_are_scrubbed(tmp_path: Path) -> None:
     env = {
         "PIP_INDEX_URL": "https://user:s3cr3t-token@index.example/simple",
         "TOKEN": "tok-123456",
-        "PIP_CERT": "/nope",
     }
+    with pytest.raises(ConfigError, match="PIP_CERT=/nope does not exist"):  # was dropped without a word
+        collect_secrets({**env, "PIP_CERT": "/nope"}, [])
     secrets = collect_secrets(env, ["id=registry-token,env=TOKEN"])
     try:
-        assert set(secrets.files) == {"pipindex", "registry-token"}  # a missing CA bundle is simply not passed
+        assert {"pipindex", "registry-token"} <= set(secrets.files)  # pipcert: the default bundle, if present
         assert secrets.files["pipindex"].read_text() == env["PIP_INDEX_URL"]
         assert oct(secrets.files["pipindex"].stat().st_mode & 0o777) == "0o600"
         line = secrets.scrub(f"url {env['PIP_INDEX_URL']} pw s3cr3t-token tok tok-123456")
