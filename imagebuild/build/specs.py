@@ -70,7 +70,7 @@ def plan_target(
     matrix: Matrix, target: Target, options: PlanOptions, env: Mapping[str, str], git: GitInfo, oci: str | None = None
 ) -> BuildSpec:
     """One target's BuildSpec on one OCI platform, read off its TargetPlan; a non-default plan is rendered into
-    build/render/. The spec's name is the target's, `-<os>-<arch>` added past its first OCI platform."""
+    build/render/. The spec's name is the image's (ImageKey.name)."""
     from imagebuild.lock.stages import label as lock_label
     from imagebuild.render.dockerfile import render_plan
 
@@ -82,7 +82,7 @@ def plan_target(
     else:
         rendered = files = dict(render_plan(target_plan).files)
     return BuildSpec(
-        target=target.name + target_plan.suffix,
+        target=target_plan.image.name,
         platform=target_plan.oci,
         context=target_plan.root,
         dockerfile=target_plan.dockerfile,

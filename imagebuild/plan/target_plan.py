@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from imagebuild.errors import ConfigError
 from imagebuild.matrix import TgiRuntime
-from imagebuild.matrix.oci import for_oci, slug
-from imagebuild.plan.imageref import LOCAL_REPO
+from imagebuild.matrix.oci import for_oci
+from imagebuild.plan.image_key import ImageKey, arch_variant
 from imagebuild.plan.manifest import manifest as build_manifest
 from imagecontract.models import Manifest, ModelError
 
@@ -57,6 +57,7 @@ class TargetPlan:
     manifest: dict[str, Any]
     labels: dict[str, str]  # static labels, written as the Dockerfile's LABEL (never busting the cache)
     render_command: str  # the command named in the do-not-edit header
+    image: ImageKey  # every name, tag, folder and record path of the image this plan builds
 
     @property
     def name(self) -> str:
@@ -70,17 +71,17 @@ class TargetPlan:
     @property
     def primary(self) -> bool:
         """The target's first OCI platform: its files, tags and records keep the target's plain names."""
-        return self.oci == self.target.oci_platforms[0]
+        return self.image.primary
 
     @property
     def key(self) -> str:
-        """`<target>` for the first OCI platform, `<target>/<os>-<arch>` for the others (directories)."""
-        return self.name if self.primary else f"{self.name}/{slug(self.oci)}"
+        """The folder of its files (ImageKey.folder): `<target>` or `<target>/<os>-<arch>`."""
+        return self.image.folder
 
     @property
     def suffix(self) -> str:
-        """ "" for the first OCI platform, `-<os>-<arch>` for the others (tags, logs, records)."""
-        return "" if self.primary else f"-{slug(self.oci)}"
+        """What the target name gets in tags, logs and records (ImageKey.suffix)."""
+        return self.image.suffix
 
     @property
     def dockerfile(self) -> Path:
@@ -93,7 +94,7 @@ class TargetPlan:
 
     @property
     def log_path(self) -> Path:
-        return self.root / "build" / "logs" / f"{self.name}{self.suffix}.log"
+        return self.image.log_path(self.root)
 
     def stage(self, name: str) -> Stage:
         for stage in self.stages:
@@ -107,6 +108,7 @@ class TargetPlan:
             "org.opencontainers.image.revision": git.revision,
             "org.opencontainers.image.created": git.created,
             "io.imagebuild.matrix-sha256": matrix_sha,
+            ImageKey.LABEL: self.image.label(),
         }
 
     def all_labels(self, git: GitInfo, matrix_sha: str) -> dict[str, str]:
@@ -114,12 +116,8 @@ class TargetPlan:
         return {**self.labels, **self.build_labels(git, matrix_sha)}
 
     def tags(self, git: GitInfo, extra: Sequence[str] = ()) -> list[str]:
-        """`imagebuild:<target>`, `imagebuild:<target>-<short sha>`, then --tag values ({target} filled in)."""
-        tags = [f"{LOCAL_REPO}:{self.name}{self.suffix}", f"{LOCAL_REPO}:{self.name}{self.suffix}-{git.short}"]
-        for tag in extra:
-            tag = tag.replace("{target}", self.name) + self.suffix
-            tags.append(tag if ":" in tag.rsplit("/", 1)[-1] else f"{LOCAL_REPO}:{tag}")
-        return tags
+        """`imagebuild:<name>`, `imagebuild:<name>-<short sha>`, then --tag values (ImageKey.tags)."""
+        return self.image.tags(git.short, extra)
 
     def build_args(self, dockerfile_text: str) -> dict[str, str]:
         """Arch variables the Dockerfile declares as ARG (stages set them with ENV, so today none)."""
@@ -264,9 +262,8 @@ def plan_for(
     default = _is_default(target, resolution)
     if default and source not in DEFAULT_SOURCES:  # the same arches asked for by name: the committed files
         resolution = target.resolve(env={})
-    first = target.oci_platform == target.oci_platforms[0]
-    key = target.name if first else f"{target.name}/{slug(target.oci_platform)}"
-    where = out_dir or (f"{COMMITTED_DIR}/{key}" if default else f"{RENDER_DIR}/{key}")
+    image = image_key(target, resolution, default)
+    where = out_dir or (f"{COMMITTED_DIR}/{image.folder}" if default else f"{RENDER_DIR}/{image.folder}")
     if not default and Path(where).parts[:1] == (COMMITTED_DIR,):
         raise ConfigError(
             f"target {target.name}: arches {resolution.arch_list} are not the matrix default; "
@@ -274,7 +271,7 @@ def plan_for(
             hint=f"leave --out out (they go to {RENDER_DIR}/{target.name}) or name another directory",
         )
     command = f"imagebuild render {target.name}"
-    if target.oci_platform != target.oci_platforms[0]:
+    if not image.primary:
         command += f" --platform {target.oci_platform}"
     if not default:
         command += f" --arch '{resolution.arch_list}'"
@@ -296,6 +293,21 @@ def plan_for(
         manifest=manifest,
         labels=static_labels(manifest),
         render_command=command,
+        image=image,
+    )
+
+
+def image_key(target: Target, resolution: Resolution, default: bool) -> ImageKey:
+    """The key of the image a placed target builds under resolution (default: what the matrix default builds)."""
+    arches = tuple(t.id for t in resolution.arches)
+    default_arches = arches if default else tuple(t.id for t in target.resolve(env={}).arches)
+    return ImageKey(
+        target=target.name,
+        oci=target.oci_platform,
+        platforms=tuple(target.oci_platforms),
+        variant="" if default else arch_variant(arches),
+        arches=arches,
+        default_arches=default_arches,
     )
 
 
