@@ -7,4 +7,3 @@ manifest it reads and the report it writes (docs/contracts.md).
 from __future__ import annotations
 
 __version__ = "0.1.0"
-REPORT_SCHEMA_VERSION = 1

@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 from imagecontract.atomic import check_output, write_atomic
 from imagecontract.models import SmokeReport
+from imagecontract.models.smoke_report import ManifestSeen
 from smoke import baseline as baseline_mod
 from smoke import manifest as manifest_mod
 from smoke import report as report_mod
@@ -132,14 +133,14 @@ def _no_torch(args: argparse.Namespace, manifest: manifest_mod.Manifest, reason:
         results[0] = CheckResult("environment", status=FAILED, reason=reason)
     else:
         results.insert(0, CheckResult("environment", status=FAILED, reason=reason))
-    info = {"present": manifest.present, "path": manifest.path, "target": manifest.target}
+    info = ManifestSeen(manifest.present, manifest.path, manifest.target)
     rep = report_mod.without_torch(info, results, {"options": {"device": args.device, "only": args.only_list}})
     for res in results:
         _print_result(res)
     return _finish(args, rep, results)
 
 
-def _finish(args: argparse.Namespace, rep: dict[str, Any], results: list[CheckResult]) -> int:
+def _finish(args: argparse.Namespace, rep: SmokeReport, results: list[CheckResult]) -> int:
     for path, render in ((args.report, report_mod.to_json), (args.junit, report_mod.to_junit)):
         if not path:
             continue

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from imagecontract.models.smoke_report import Check
+
 PASSED = "passed"
 FAILED = "failed"
 SKIPPED = "skipped"
@@ -40,14 +42,18 @@ class CheckResult:
             self.reason = "; ".join(self.failures)
         return self
 
+    def to_check(self) -> Check:
+        """The report's entry for this check (the contract's `Check`)."""
+        return Check(
+            name=self.name,
+            status=self.status,  # type: ignore[arg-type]  # one of PASSED, FAILED, SKIPPED
+            reason=self.reason,
+            numbers=self.numbers,
+            throughput={k: round(v, 4) for k, v in self.throughput.items()},
+            latency={k: round(v, 4) for k, v in self.latency.items()},
+            warnings=self.warnings,
+            duration_s=round(self.duration_s, 3),
+        )
+
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "status": self.status,
-            "reason": self.reason,
-            "numbers": self.numbers,
-            "throughput": {k: round(v, 4) for k, v in self.throughput.items()},
-            "latency": {k: round(v, 4) for k, v in self.latency.items()},
-            "warnings": self.warnings,
-            "duration_s": round(self.duration_s, 3),
-        }
+        return self.to_check().to_dict()

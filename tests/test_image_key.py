@@ -66,3 +66,20 @@ def test_labels_that_do_not_fit_are_no_key() -> None:
     matrix = load_matrix(REPO / "matrix.yaml")
     key = plan_for(matrix, matrix.target("local-cpu")).image
     assert ImageKey.from_labels({ImageKey.LABEL: key.label()}) == key
+
+
+def test_a_name_given_to_smoke_or_publish_means_the_plan_s_keys() -> None:
+    import pytest
+
+    from imagebuild.errors import ConfigError
+    from imagebuild.plan.keys import named
+
+    found = named(REPO / "matrix.yaml", "local-cpu")
+    assert [k.name for k in found.keys] == ["local-cpu", "local-cpu-linux-arm64"]
+    assert found.listed == ("linux/amd64", "linux/arm64") and "rocm6.1-torch2.3" in found.targets
+    assert [k.name for k in named(REPO / "matrix.yaml", "local-cpu", ["linux/arm64"]).keys] == ["local-cpu-linux-arm64"]
+    assert named(REPO / "matrix.yaml", "rocm6.1-torch2.3-gfx942").keys == ()  # an image name: the engine resolves it
+    with pytest.raises(ConfigError, match="is not built for linux/s390x"):
+        named(REPO / "matrix.yaml", "local-cpu", ["linux/s390x"])
+    with pytest.raises(ConfigError, match="--platform needs a TARGET"):
+        named(REPO / "matrix.yaml", "busybox:1", ["linux/amd64"])

@@ -131,19 +131,22 @@ def test_baseline_other_arch_is_not_compared() -> None:
 
 
 def test_junit_has_one_testcase_per_check() -> None:
+    from imagecontract.models import SmokeReport
     from smoke.report import to_junit
 
-    report = {
-        "device": "cpu",
-        "arch": "cpu",
-        "gpu_name": None,
-        "versions": {"torch": "2.13.0"},
-        "checks": [
-            CheckResult("a").to_json(),
-            CheckResult("b", status="failed", reason="x < y").to_json(),
-            CheckResult("c").skip("needs a GPU").to_json(),
+    report = SmokeReport(
+        schema_version=1,
+        passed=False,
+        device="cpu",
+        arch="cpu",
+        gpu_name=None,
+        versions={"torch": "2.13.0"},
+        checks=[
+            CheckResult("a").to_check(),
+            CheckResult("b", status="failed", reason="x < y").to_check(),
+            CheckResult("c").skip("needs a GPU").to_check(),
         ],
-    }
+    )
     suite = ET.fromstring(to_junit(report)).find("testsuite")
     assert suite is not None
     assert [c.get("name") for c in suite.findall("testcase")] == ["a", "b", "c"]

@@ -15,6 +15,7 @@ import click
 from imagebuild.engine.docker import GPU_KINDS, docker_client, resolve_image
 from imagebuild.engine.reference import image_argument
 from imagebuild.errors import ConfigError, ImagebuildError
+from imagebuild.plan.keys import Named, named
 from imagebuild.prove.smoke import judge, run_smoke
 
 HOST_PLATFORMS = {"x86_64": "linux/amd64", "amd64": "linux/amd64", "aarch64": "linux/arm64", "arm64": "linux/arm64"}
@@ -35,16 +36,11 @@ def host_platform() -> str:
     return HOST_PLATFORMS.get(host.machine().lower(), f"linux/{host.machine().lower()}")
 
 
-def _runs(image: str, matrix_path: Path, root: Path, wanted: tuple[str, ...]) -> list[tuple[str, str | None, Path]]:
-    """(local name, OCI platform or None, default report folder) for each image to smoke."""
-    from imagebuild.commands.publish_index import chosen_platforms, target_platforms
-    from imagebuild.release.index import local_name, smoke_dir
-
-    chosen = chosen_platforms(matrix_path, image, wanted)
-    if not chosen:
-        return [(image, None, root / "build" / "smoke" / image)]
-    listed = target_platforms(matrix_path, image)
-    return [(local_name(image, p, listed[0]), p, smoke_dir(root, image, p, listed[0])) for p in chosen]
+def _runs(named: Named, root: Path) -> list[tuple[str, str | None, Path]]:
+    """(local name, OCI platform or None, default report folder) for each image to smoke (plan/keys.py)."""
+    if not named.keys:
+        return [(named.given, None, root / "build" / "smoke" / named.given)]
+    return [(key.name, key.oci, key.smoke_dir(root)) for key in named.keys]
 
 
 @click.command("smoke")
@@ -65,11 +61,12 @@ def command(
     """Run `python -m smoke` inside IMAGE (or each platform's image of TARGET); exit 4 on a failed check."""
     matrix_path = Path(str(obj["matrix_path"]))
     root = matrix_path.resolve().parent if matrix_path.exists() else Path.cwd()
-    runs = _runs(image, matrix_path, root, platforms)
+    found_names = named(matrix_path, image, platforms)
+    runs = _runs(found_names, root)
     if len(runs) > 1 and (report_path or junit_path):
         raise ConfigError("--report/--junit name one file: pass one --platform with them")
     client = docker_client()
-    names = target_names(matrix_path)
+    names = list(found_names.targets)
     failures: list[ImagebuildError] = []
     for name, oci, folder in runs:
         slug, found, ref = resolve_image(client, name, [*names, name] if oci else names, root)

@@ -11,7 +11,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from imagebuild.engine.docker import detect_gpu, device_options
 from imagebuild.envvars import env_int
@@ -94,26 +94,29 @@ def run_smoke(
         if not produced.is_file():
             tail = " | ".join(logs.strip().splitlines()[-3:])
             raise SmokeFailed(f"the smoke suite wrote no report (exit {exit_code}): {tail}", hint=f"log: {log_path}")
-        try:
-            report = json.loads(produced.read_text())
-        except ValueError as exc:
-            raise SmokeFailed(f"the smoke report is not JSON: {exc}", hint=f"log: {log_path}") from None
-        report["image_id"] = image_id
-        report["image_ref"] = image_ref
+        smoke = _checked(produced, log_path)  # checked before anything is written where publish looks
+        host: dict[str, Any] = {"image_id": image_id, "image_ref": image_ref, "gpu": gpu, "exit_code": exit_code}
         if ref is not None:  # the reference publish reads back: the build's record, with the ID that ran
-            report["image"] = replace(ref, image_id=image_id).as_dict()
-        report["gpu"] = gpu
-        report["exit_code"] = exit_code
-        write_atomic(report_path, json.dumps(report, indent=2) + "\n")
+            host["image"] = replace(ref, image_id=image_id).as_dict()
+        smoke = replace(smoke, **host)
+        write_atomic(report_path, json.dumps(smoke.to_dict(), indent=2) + "\n")
         if (out / "junit.xml").is_file():
             write_atomic(junit_path, (out / "junit.xml").read_text())
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    try:
-        smoke = SmokeReport.from_dict(report)
-    except ModelError as exc:
-        raise SmokeFailed(f"the smoke report does not fit the contract: {exc}", hint=f"report: {report_path}") from None
     return SmokeOutcome(image_id, report_path, junit_path, log_path, smoke, exit_code)
+
+
+def _checked(produced: Path, log_path: Path) -> SmokeReport:
+    """The suite's report read once and checked against the contract (SmokeFailed, exit 4, when it does not fit)."""
+    try:
+        data = json.loads(produced.read_text())
+    except ValueError as exc:
+        raise SmokeFailed(f"the smoke report is not JSON: {exc}", hint=f"log: {log_path}") from None
+    try:
+        return SmokeReport.from_dict(data)
+    except ModelError as exc:
+        raise SmokeFailed(f"the smoke report does not fit the contract: {exc}", hint=f"log: {log_path}") from None
 
 
 def judge(outcome: SmokeOutcome) -> tuple[list[str], SmokeFailed | None]:
