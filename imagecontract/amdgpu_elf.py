@@ -2,9 +2,13 @@
 
 rocBLAS, hipBLASLt and MIOpen ship kernels as files next to their libraries, not in a `.hip_fatbin` section; some
 are offload bundles (read by codeobjects), the others bare AMDGPU ELF files whose processor and target features
-are only in `e_flags`. Values: llvm/llvm-project's llvm/include/llvm/BinaryFormat/ELF.h, the "AMDGPU specific
-e_flags" enum (read at MaskRay/llvm-project 6b57df38816ecf0daf121dd6779cc0efd5ff5336); ABI versions: the
-ELFABIVERSION_AMDGPU_HSA_V2..V6 values 0..4 of the same file.
+are only in `e_flags`. Values: LLVM's EF_AMDGPU_MACH list, ROCm/llvm-project@06c62775e4cd479fbfde1c5863016e2665110136:
+llvm/include/llvm/BinaryFormat/ELF.h, the AMDGPU_MACH_LIST X-macro (every AMDGCN value LLVM defines: gfx6-gfx8,
+gfx9, gfx10-gfx12, gfx950, gfx12.5, gfx13 and the generic targets); 0x040 (gfx940) and 0x04b (gfx941), "reserved"
+there now, from MaskRay/llvm-project@a80d5e92c1fd808f96ea8b01245aad2d6683d59b's copy of the same file
+(EF_AMDGPU_MACH_AMDGCN_GFX940 = 0x040, EF_AMDGPU_MACH_AMDGCN_GFX941 = 0x04b): code objects for them exist in ROCm
+5.7-6.2 libraries. The stored llvm/llvm-project copy (60fce12c1674b4310a76523dd5866364cade5cbe) ends at gfx1013 and
+agrees on every value it has. ABI versions: the ELFABIVERSION_AMDGPU_HSA_V2..V6 values 0..4 of the same file.
 """
 
 from __future__ import annotations
@@ -16,8 +20,20 @@ from imagecontract.targets import AMD_FEATURES
 EM_AMDGPU = 224
 ELFOSABI_AMDGPU_HSA = 64
 EF_AMDGPU_MACH = 0x0FF
-# EF_AMDGPU_MACH_AMDGCN_* -> processor; the GCN/RDNA/CDNA processors a serving image can meet.
+# EF_AMDGPU_MACH_AMDGCN_* -> processor (LLVM's names, as in AMDGPU_MACH_LIST); R600 values (0x001-0x010) are not
+# AMDGCN code a serving image can run and read as unknown.
 MACH_NAMES: dict[int, str] = {
+    0x020: "gfx600",
+    0x021: "gfx601",
+    0x022: "gfx700",
+    0x023: "gfx701",
+    0x024: "gfx702",
+    0x025: "gfx703",
+    0x026: "gfx704",
+    0x028: "gfx801",
+    0x029: "gfx802",
+    0x02A: "gfx803",
+    0x02B: "gfx810",
     0x02C: "gfx900",
     0x02D: "gfx902",
     0x02E: "gfx904",
@@ -32,6 +48,9 @@ MACH_NAMES: dict[int, str] = {
     0x037: "gfx1031",
     0x038: "gfx1032",
     0x039: "gfx1033",
+    0x03A: "gfx602",
+    0x03B: "gfx705",
+    0x03C: "gfx805",
     0x03D: "gfx1035",
     0x03E: "gfx1034",
     0x03F: "gfx90a",
@@ -44,14 +63,25 @@ MACH_NAMES: dict[int, str] = {
     0x046: "gfx1101",
     0x047: "gfx1102",
     0x048: "gfx1200",
+    0x049: "gfx1250",
     0x04A: "gfx1151",
     0x04B: "gfx941",
     0x04C: "gfx942",
     0x04E: "gfx1201",
+    0x04F: "gfx950",
+    0x050: "gfx1310",
     0x051: "gfx9-generic",
     0x052: "gfx10-1-generic",
     0x053: "gfx10-3-generic",
     0x054: "gfx11-generic",
+    0x055: "gfx1152",
+    0x058: "gfx1153",
+    0x059: "gfx12-generic",
+    0x05A: "gfx1251",
+    0x05B: "gfx12-5-generic",
+    0x05D: "gfx1170",
+    0x05F: "gfx9-4-generic",
+    0x0EB: "gfx125f",
 }
 # Code object v4 and later: two bits per feature (0 unsupported, 1 any, 2 off, 3 on).
 _V4_FEATURES = (("sramecc", 0xC00, 10), ("xnack", 0x300, 8))

@@ -14,24 +14,46 @@ from typing import Literal
 
 Vendor = Literal["amd", "nvidia"]
 
-# AMD processors (LLVM AMDGPU names) and the target features each accepts.
+# AMD processors (LLVM AMDGPU names) and the target features each accepts: every AMDGCN processor and generic
+# target of LLVM's AMDGCNGPUs table (ROCm/llvm-project@824fcf6d59fddd88706409c87640b6ed5073c00f:
+# llvm/lib/TargetParser/TargetParser.cpp, AMDGCNGPUs, lines ~63-140: FEATURE_XNACK / FEATURE_SRAMECC per processor),
+# plus the gfx1170/gfx1250/gfx1251/gfx125f/gfx1310 of ROCm/llvm-project@06c62775's ELF.h AMDGPU_MACH_LIST, whose
+# features that table does not give yet (none assumed). gfx940/gfx941 were removed from LLVM later (their EF_AMDGPU_MACH
+# values 0x040/0x04b are "reserved" now) but ROCm 5.7-6.2 libraries ship code objects for them: kept.
+_XS = frozenset({"sramecc", "xnack"})
+_X = frozenset({"xnack"})
+_NONE: frozenset[str] = frozenset()
 AMD_FEATURES: dict[str, frozenset[str]] = {
-    "gfx900": frozenset({"xnack"}),
-    "gfx906": frozenset({"sramecc", "xnack"}),
-    "gfx908": frozenset({"sramecc", "xnack"}),
-    "gfx90a": frozenset({"sramecc", "xnack"}),
-    "gfx940": frozenset({"sramecc", "xnack"}),
-    "gfx941": frozenset({"sramecc", "xnack"}),
-    "gfx942": frozenset({"sramecc", "xnack"}),
-    "gfx950": frozenset({"sramecc", "xnack"}),
-    "gfx1030": frozenset(),
-    "gfx1100": frozenset(),
-    "gfx1101": frozenset(),
-    "gfx1102": frozenset(),
-    "gfx1200": frozenset(),
-    "gfx1201": frozenset(),
+    **dict.fromkeys(("gfx600", "gfx601", "gfx602", "gfx700", "gfx701", "gfx702", "gfx703", "gfx704", "gfx705"), _NONE),
+    "gfx801": _X,
+    **dict.fromkeys(("gfx802", "gfx803", "gfx805"), _NONE),
+    "gfx810": _X,
+    **dict.fromkeys(("gfx900", "gfx902", "gfx904", "gfx909", "gfx90c"), _X),
+    **dict.fromkeys(("gfx906", "gfx908", "gfx90a", "gfx940", "gfx941", "gfx942", "gfx950"), _XS),
+    **dict.fromkeys(("gfx1010", "gfx1011", "gfx1012", "gfx1013"), _X),
+    **dict.fromkeys(("gfx1030", "gfx1031", "gfx1032", "gfx1033", "gfx1034", "gfx1035", "gfx1036"), _NONE),
+    **dict.fromkeys(("gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1153"), _NONE),
+    **dict.fromkeys(("gfx1170", "gfx1200", "gfx1201", "gfx1250", "gfx1251", "gfx125f", "gfx1310"), _NONE),
+    "gfx9-generic": _X,
+    "gfx9-4-generic": _XS,
+    "gfx10-1-generic": _X,
+    "gfx10-3-generic": _NONE,
+    "gfx11-generic": _NONE,
+    "gfx12-generic": _NONE,
+    "gfx12-5-generic": _NONE,
+}
+# Generic targets and the processors their code objects run on (LLVM's llvm/docs/AMDGPUUsage.rst, table
+# amdgpu-generic-processor-table; gfx12-5-generic's members are not listed there yet).
+AMD_GENERIC_MEMBERS: dict[str, tuple[str, ...]] = {
+    "gfx9-generic": ("gfx900", "gfx902", "gfx904", "gfx906", "gfx909", "gfx90c"),
+    "gfx9-4-generic": ("gfx940", "gfx941", "gfx942", "gfx950"),
+    "gfx10-1-generic": ("gfx1010", "gfx1011", "gfx1012", "gfx1013"),
+    "gfx10-3-generic": ("gfx1030", "gfx1031", "gfx1032", "gfx1033", "gfx1034", "gfx1035", "gfx1036"),
+    "gfx11-generic": ("gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1153"),
+    "gfx12-generic": ("gfx1200", "gfx1201"),
 }
 AMD_PRODUCTS: dict[str, str] = {
+    "gfx803": "Radeon RX 470/480/570/580 (Polaris), R9 Fury/Nano (Fiji)",
     "gfx900": "MI25",
     "gfx906": "MI50/MI60",
     "gfx908": "MI100",
@@ -47,24 +69,87 @@ AMD_PRODUCTS: dict[str, str] = {
     "gfx1200": "Radeon RX 9060",
     "gfx1201": "Radeon RX 9070",
 }
-# NVIDIA SM versions known to CUDA 12/13 toolchains: name -> compute capability.
-NVIDIA_SMS: dict[str, str] = {
-    "sm_70": "7.0",
-    "sm_75": "7.5",
-    "sm_80": "8.0",
-    "sm_86": "8.6",
-    "sm_87": "8.7",
-    "sm_89": "8.9",
-    "sm_90": "9.0",
-    "sm_90a": "9.0a",
-    "sm_100": "10.0",
-    "sm_100a": "10.0a",
-    "sm_120": "12.0",
+# NVIDIA SMs: every EF_CUDA_SM* processor of LLVM's ELF.h (ROCm/llvm-project@06c62775e4cd479fbfde1c5863016e2665110136:
+# llvm/include/llvm/BinaryFormat/ELF.h, "NVPTX specific e_flags", EF_CUDA_SM20 .. EF_CUDA_SM121) and the
+# accelerator ("a") variants of sm_90 and later (EF_CUDA_ACCELERATORS): name -> compute capability.
+_SM_NUMBERS = (
+    20,
+    21,
+    30,
+    32,
+    35,
+    37,
+    50,
+    52,
+    53,
+    60,
+    61,
+    62,
+    70,
+    72,
+    75,
+    80,
+    86,
+    87,
+    88,
+    89,
+    90,
+    100,
+    101,
+    103,
+    110,
+    120,
+    121,
+)
+NVIDIA_SMS: dict[str, str] = {}
+for _n in _SM_NUMBERS:
+    NVIDIA_SMS[f"sm_{_n}"] = f"{_n // 10}.{_n % 10}"
+    if _n >= 90:
+        NVIDIA_SMS[f"sm_{_n}a"] = f"{_n // 10}.{_n % 10}a"
+# The CUDA toolkits that build each SM: clang's MinVersionForOffloadArch / MaxVersionForOffloadArch
+# (llvm/llvm-project@adf82cffbb872f5ae354cf230a7ff2e88680b1ea:clang/lib/Basic/Cuda.cpp: sm_35/37 up to 11.8, sm_89/90
+# from 11.8, sm_90a 12.0, sm_100(a) 12.8; ROCm/llvm-project's copy adds sm_101(a)/sm_120(a) at 12.8). Not from a file
+# read here, from NVIDIA's CUDA release notes: sm_103(a)/sm_121(a) from 12.9, sm_110(a) from 13.0 (sm_101 renamed),
+# and CUDA 13.0 dropped everything below sm_75 (seen on the build machines: ../shared/notes). sm_88: no toolkit known.
+CUDA_MIN: dict[str, tuple[int, int]] = {
+    **dict.fromkeys(("sm_20", "sm_21", "sm_30", "sm_32", "sm_35", "sm_37", "sm_50", "sm_52", "sm_53"), (7, 0)),
+    **dict.fromkeys(("sm_60", "sm_61", "sm_62"), (8, 0)),
+    "sm_70": (9, 0),
+    "sm_72": (9, 1),
+    "sm_75": (10, 0),
+    "sm_80": (11, 0),
+    "sm_86": (11, 1),
+    "sm_87": (11, 4),
+    "sm_89": (11, 8),
+    "sm_90": (11, 8),
+    "sm_90a": (12, 0),
+    **dict.fromkeys(("sm_100", "sm_100a", "sm_101", "sm_101a", "sm_120", "sm_120a"), (12, 8)),
+    **dict.fromkeys(("sm_103", "sm_103a", "sm_121", "sm_121a"), (12, 9)),
+    **dict.fromkeys(("sm_110", "sm_110a"), (13, 0)),
 }
+CUDA_MAX: dict[str, tuple[int, int]] = {
+    **dict.fromkeys(("sm_20", "sm_21"), (8, 0)),
+    **dict.fromkeys(("sm_30", "sm_32"), (10, 2)),
+    **dict.fromkeys(("sm_35", "sm_37"), (11, 8)),
+    **dict.fromkeys(("sm_50", "sm_52", "sm_53", "sm_60", "sm_61", "sm_62", "sm_70", "sm_72"), (12, 9)),
+    **dict.fromkeys(("sm_101", "sm_101a"), (12, 9)),
+}
+# What torch's TORCH_CUDA_ARCH_LIST accepts (supported_arches in torch/utils/cpp_extension.py, torch 2.13.0 wheel,
+# lines 2683-2686): the capability spelling of each SM (`12.0a` for sm_120a); 10.1, 8.8 and below 3.5 are refused.
+TORCH_CUDA_ARCHES: tuple[str, ...] = (
+    "3.5", "3.7", "5.0", "5.2", "5.3", "6.0", "6.1", "6.2", "7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0",
+    "9.0a", "10.0", "10.0a", "11.0", "11.0a", "10.3", "10.3a", "12.0", "12.0a", "12.1", "12.1a",
+)  # fmt: skip
 # Product names per SM, for lookups by card name (the compatibility page): NVIDIA's compute capability table,
 # https://developer.nvidia.com/cuda-gpus (data center and workstation cards; read 2026-12).
 NVIDIA_PRODUCTS: dict[str, str] = {
+    "sm_52": "M40/M60",
+    "sm_53": "Jetson Nano",
+    "sm_60": "P100",
+    "sm_61": "P40/P4",
+    "sm_62": "Jetson TX2",
     "sm_70": "V100",
+    "sm_72": "Jetson AGX Xavier",
     "sm_75": "T4/RTX 2080",
     "sm_80": "A100/A30",
     "sm_86": "A10/A40/RTX A6000/RTX 3090",
@@ -72,18 +157,28 @@ NVIDIA_PRODUCTS: dict[str, str] = {
     "sm_89": "L4/L40/L40S/RTX 4090",
     "sm_90": "H100/H200/GH200",
     "sm_100": "B200/GB200",
+    "sm_103": "B300/GB300",
+    "sm_110": "Jetson Thor",
     "sm_120": "RTX 5090/RTX PRO 6000",
+    "sm_121": "DGX Spark (GB10)",
 }
 # The one alias table: architecture names TORCH_CUDA_ARCH_LIST accepts, expanded as torch expands them
-# (named_arches in torch/utils/cpp_extension.py, torch 2.13.0 wheel, git cf30153c4c13, lines 2666-2680).
-# Only names whose whole expansion is in NVIDIA_SMS (torch's Blackwell adds 10.3 and 12.1, unknown here).
+# (named_arches in torch/utils/cpp_extension.py, torch 2.13.0 wheel, git cf30153c4c13, lines 2666-2681).
 NVIDIA_NAMED: dict[str, str] = {
+    "kepler+tesla": "3.7",
+    "kepler": "3.5+PTX",
+    "maxwell+tegra": "5.3",
+    "maxwell": "5.0;5.2+PTX",
+    "pascal": "6.0;6.1+PTX",
+    "volta+tegra": "7.2",
     "volta": "7.0+PTX",
     "turing": "7.5+PTX",
     "ampere+tegra": "8.7",
     "ampere": "8.0;8.6+PTX",
     "ada": "8.9+PTX",
     "hopper": "9.0+PTX",
+    "blackwell+tegra": "11.0",
+    "blackwell": "10.0;10.3;12.0;12.1+PTX",
 }
 # LLVM knows only these target ID features (getAllPossibleAMDGPUTargetIDFeatures, clang/lib/Basic/TargetID.cpp).
 AMDGPU_FEATURES = ("sramecc", "xnack")
@@ -255,11 +350,14 @@ def split_id(text: str) -> tuple[str, dict[str, str]] | None:
 
 
 def loads_on(code_object: str, device: str) -> bool:
-    """LLVM's isCompatibleTargetID (clang/lib/Basic/TargetID.cpp, llvm-project 5c3355625bc9): same processor, and
-    every feature the code object fixes has the same sign on the device. A device feature left unspecified (an ID
-    read from an override, not the GPU) is taken to match. NVIDIA IDs compare by processor (+PTX ignored)."""
+    """LLVM's isCompatibleTargetID (clang/lib/Basic/TargetID.cpp, llvm-project 5c3355625bc9): same processor (or a
+    generic target whose members include the device's, AMD_GENERIC_MEMBERS), and every feature the code object fixes
+    has the same sign on the device. A device feature left unspecified (an ID read from an override, not the GPU) is
+    taken to match. NVIDIA IDs compare by processor (+PTX ignored)."""
     have, dev = split_id(code_object.removesuffix("+PTX")), split_id(device.removesuffix("+PTX"))
-    if have is None or dev is None or have[0] != dev[0]:
+    if have is None or dev is None:
+        return False
+    if have[0] != dev[0] and dev[0] not in AMD_GENERIC_MEMBERS.get(have[0], ()):
         return False
     return all(dev[1].get(feature, sign) == sign for feature, sign in have[1].items())
 
@@ -274,3 +372,29 @@ def device_configs(request: str) -> list[str] | None:
         signs = [parsed[1][feature]] if feature in parsed[1] else ["+", "-"]
         configs = [{**c, feature: sign} for c in configs for sign in signs]
     return [":".join([parsed[0], *(f"{k}{v}" for k, v in c.items())]) for c in configs]
+
+
+# --- toolchains: can a platform build a target --------------------------------------------------------
+
+
+def _version(text: str | None) -> tuple[int, int] | None:
+    match = re.match(r"(\d+)\.(\d+)", text or "")
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def toolchain_gap(target: GpuTarget, platform_kind: str, platform_version: str | None) -> str | None:
+    """Why the platform's toolchain cannot build `target` (CUDA: nvcc's range per SM, torch's TORCH_CUDA_ARCH_LIST);
+    None when it can, or when nothing is known against it (ROCm: the matrix's platform list is the only source)."""
+    if target.vendor != "nvidia" or platform_kind != "cuda":
+        return None
+    sm, have = target.processor, _version(platform_version)
+    low, high = CUDA_MIN.get(sm), CUDA_MAX.get(sm)
+    if low is None:
+        return f"no CUDA toolkit known here builds {sm}"
+    if have is not None and have < low:
+        return f"{sm} needs CUDA >= {low[0]}.{low[1]}; CUDA {platform_version}'s nvcc has no {sm}"
+    if have is not None and high is not None and have > high:
+        return f"CUDA {platform_version} dropped {sm} (the last toolkit with it is CUDA {high[0]}.{high[1]})"
+    if target.capability not in TORCH_CUDA_ARCHES:
+        return f"torch's TORCH_CUDA_ARCH_LIST does not accept {target.capability} ({sm})"
+    return None

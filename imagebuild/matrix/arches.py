@@ -22,7 +22,7 @@ from imagecontract.targets import AMD_PRODUCTS as AMD_PRODUCTS
 from imagecontract.targets import KNOWN_NAMES as KNOWN_NAMES
 from imagecontract.targets import NVIDIA_SMS as NVIDIA_SMS
 from imagecontract.targets import GpuTarget as GpuTarget
-from imagecontract.targets import TargetError
+from imagecontract.targets import TargetError, toolchain_gap
 
 
 def _config_error(exc: TargetError) -> ConfigError:
@@ -168,6 +168,7 @@ def resolve(
     platform_kind: str,
     platform_arches: Iterable[str],
     default_arches: Iterable[str],
+    platform_version: str | None = None,
     components: Iterable[ArchSupport],
     arch_arg: str | None = None,
     env: Mapping[str, str] | None = None,
@@ -193,10 +194,12 @@ def resolve(
             f"{', '.join(wrong_vendor)} from {source} is not a {platform_kind.upper()} arch; "
             f"target {target} builds for {', '.join(known)}"
         )
-    outside = [t.id for t in targets if t.processor not in known]
+    outside = [t for t in targets if t.processor not in known]
     if outside:
+        gaps = [gap for t in outside if (gap := toolchain_gap(t, platform_kind, platform_version))]
         raise ConfigError(
-            f"{', '.join(outside)} from {source} is not an arch of target {target}'s platform",
+            f"{', '.join(t.id for t in outside)} from {source} is not an arch of target {target}'s platform"
+            + (f": {'; '.join(gaps)}" if gaps else ""),
             hint=f"the platform supports {', '.join(known)}",
         )
     problems: list[str] = []

@@ -73,6 +73,7 @@ class Target:
             platform_kind=self.platform.kind,
             platform_arches=[arches.parse_target(a).processor for a in self.platform.arches],
             default_arches=self.platform.default_arches,
+            platform_version=self.platform.version,
             components=self.arch_supports(),
             arch_arg=arch_arg,
             env=env,
