@@ -4,20 +4,23 @@ arch resolution. The target plan holds it; render writes it next to the Dockerfi
 
 from __future__ import annotations
 
-from typing import Any
-
 from imagebuild.matrix import PipRuntime, Source, Target, TgiRuntime
 from imagebuild.matrix.arches import Resolution
-
-MANIFEST_SCHEMA_VERSION = 1
-
-
-def _source(source: Source) -> dict[str, Any]:
-    return source.model_dump()
+from imagecontract.models import manifest as model
+from imagecontract.models.manifest import MANIFEST_SCHEMA_VERSION, Manifest
 
 
-def manifest(target: Target, resolution: Resolution) -> dict[str, Any]:
-    """The image manifest (docs/contracts.md): what the image claims, for the smoke suite and for users."""
+def _source(source: Source) -> model.Source:
+    return model.Source.from_dict(source.model_dump())
+
+
+def _left_out(reason: str) -> model.ComponentEntry:
+    return model.ComponentEntry(included=False, reason=reason)
+
+
+def manifest(target: Target, resolution: Resolution) -> Manifest:
+    """The image manifest (docs/contracts.md): what the image claims, for the smoke suite and for users; built as
+    the contract's model (written with to_dict(), its schema version the model's)."""
     platform, build = target.platform, target.torch_build
     processors = {t.processor: t.id for t in resolution.arches}
     if platform.kind == "cpu":
@@ -28,65 +31,54 @@ def manifest(target: Target, resolution: Resolution) -> dict[str, Any]:
             processor = arch.split(":")[0]
             if processor in processors:
                 attention[processors[processor]] = list(backends)
-    components = {name: plan.as_dict() for name, plan in resolution.components.items() if name != "pytorch"}
-    for name in target.skipped_components:
-        components[name] = {
-            "included": False,
-            "arches": [],
-            "experimental": [],
-            "reason": f"not built for the {platform.kind} platform",
-            "arch_vars": {},
-            "fixed_arches": [],
-        }
-    for name, reason in target.left_out:  # optional components absent on this OCI platform
-        components[name] = {
-            "included": False,
-            "arches": [],
-            "experimental": [],
-            "reason": reason,
-            "arch_vars": {},
-            "fixed_arches": [],
-        }
-    tunable = target.tunableop
-    return {
-        "schema_version": MANIFEST_SCHEMA_VERSION,
-        "target": target.name,
-        "platform": {
-            "name": target.platform_name,
-            "kind": platform.kind,
-            "version": platform.version,
-            "base_image": platform.base_image,
-            "base_digest": platform.base_digest,
-            "oci": target.oci_platform,
-            "oci_notes": list(target.oci_notes),
-        },
-        "torch": {
-            "version": target.torch.reported_version(platform.kind),
-            "obtained": build.obtain,
-            "source": _source(build.source) if build.source else None,
-            "patches": [p.model_dump() for p in build.patches],
-            "companions": [c.model_dump() for c in build.companions],
-            "arch_vars": dict(resolution.components["pytorch"].env) if "pytorch" in resolution.components else {},
-        },
-        "gpu_arches": [t.id for t in resolution.arches],
-        "arch_source": resolution.source,
-        "experimental_arches": [t.id for t in resolution.experimental],
-        "arch_env": dict(resolution.env),
-        "components": components,
-        "attention_backends": attention,
-        "runtime": _runtime_manifest(target, resolution),
-        "tunableop": {
-            "enabled": tunable.enabled,
-            "tuning": tunable.tuning,
-            "filename": f"{tunable.results_dir}/{tunable.filename}",
-        },
-        "versions": {
-            "torch": target.torch.reported_version(platform.kind),
-            "rocm": platform.version if platform.kind == "rocm" else None,
-            "cuda": platform.version if platform.kind == "cuda" else None,
-            "python": platform.python_version,
-        },
+    components = {
+        name: model.ComponentEntry.from_dict(plan.as_dict(), f"components.{name}")
+        for name, plan in resolution.components.items()
+        if name != "pytorch"
     }
+    for name in target.skipped_components:
+        components[name] = _left_out(f"not built for the {platform.kind} platform")
+    for name, reason in target.left_out:  # optional components absent on this OCI platform
+        components[name] = _left_out(reason)
+    tunable = target.tunableop
+    version = target.torch.reported_version(platform.kind)
+    return Manifest(
+        schema_version=MANIFEST_SCHEMA_VERSION,
+        target=target.name,
+        platform=model.Platform(
+            name=target.platform_name,
+            kind=platform.kind,
+            version=platform.version,
+            base_image=platform.base_image,
+            base_digest=platform.base_digest,
+            oci=target.oci_platform,
+            oci_notes=list(target.oci_notes),
+        ),
+        torch=model.TorchInfo(
+            version=version,
+            obtained=build.obtain,
+            source=_source(build.source) if build.source else None,
+            patches=[model.Patch.from_dict(p.model_dump()) for p in build.patches],
+            companions=[model.Companion.from_dict(c.model_dump()) for c in build.companions],
+            arch_vars=dict(resolution.components["pytorch"].env) if "pytorch" in resolution.components else {},
+        ),
+        gpu_arches=[t.id for t in resolution.arches],
+        arch_source=resolution.source,
+        experimental_arches=[t.id for t in resolution.experimental],
+        arch_env=dict(resolution.env),
+        components=components,
+        attention_backends=attention,
+        runtime=_runtime_manifest(target, resolution),
+        tunableop=model.TunableOpSettings(
+            enabled=tunable.enabled, tuning=tunable.tuning, filename=f"{tunable.results_dir}/{tunable.filename}"
+        ),
+        versions=model.Versions(
+            torch=version,
+            rocm=platform.version if platform.kind == "rocm" else None,
+            cuda=platform.version if platform.kind == "cuda" else None,
+            python=platform.python_version,
+        ),
+    )
 
 
 GUARD = "/opt/imagebuild/imagecontract/serve_guard.py"
@@ -107,29 +99,29 @@ def _serve_argv(runtime: TgiRuntime | PipRuntime) -> list[str]:
     ]  # fmt: skip
 
 
-def _runtime_manifest(target: Target, resolution: Resolution) -> dict[str, Any] | None:
+def _runtime_manifest(target: Target, resolution: Resolution) -> model.Runtime | None:
     """The manifest's `runtime` section (docs/contracts.md): what the smoke suite starts and how it talks to it."""
     runtime = target.runtime
     if runtime is None:
         return None
-    section: dict[str, Any] = {
-        "name": target.runtime_name,
-        "kind": runtime.kind,
-        "entrypoint": runtime.entrypoint,
-        "serve": _serve_argv(runtime),
-        "health": runtime.health,
-        "api": runtime.api,
-        "serve_env": dict(runtime.serve_env),
-        "startup_timeout_s": runtime.startup_timeout_s,
-    }
+    section = model.Runtime(
+        name=str(target.runtime_name),
+        kind=runtime.kind,
+        entrypoint=runtime.entrypoint,
+        serve=_serve_argv(runtime),
+        health=runtime.health,
+        api=runtime.api,
+        serve_env=dict(runtime.serve_env),
+        startup_timeout_s=runtime.startup_timeout_s,
+    )
     if isinstance(runtime, TgiRuntime):
-        section["source"] = _source(runtime.source)
-        section["attention"] = tgi_attention_promises(target, resolution)
+        section.source = _source(runtime.source)
+        section.attention = tgi_attention_promises(target, resolution)
     else:
-        section["requirements"] = runtime.requirements
+        section.requirements = runtime.requirements
         if runtime.limits is not None:
-            section["limits"] = runtime.limits.model_dump()
-        section["attention"] = {}  # a pip runtime makes no flash / paged promises
+            section.limits = model.RuntimeLimits.from_dict(runtime.limits.model_dump())
+        section.attention = {}  # a pip runtime makes no flash / paged promises
     return section
 
 

@@ -54,10 +54,11 @@ class TargetPlan:
     root: Path  # the repository (build context) the paths are relative to
     out_dir: str  # where its Dockerfile and manifest.json live, relative to root
     stages: tuple[Stage, ...]
-    manifest: dict[str, Any]
+    manifest: dict[str, Any]  # the image manifest as render writes it: document.to_dict()
     labels: dict[str, str]  # static labels, written as the Dockerfile's LABEL (never busting the cache)
     render_command: str  # the command named in the do-not-edit header
     image: ImageKey  # every name, tag, folder and record path of the image this plan builds
+    document: Manifest  # the image manifest, the contract's model (imagecontract.models.Manifest)
 
     @property
     def name(self) -> str:
@@ -277,9 +278,10 @@ def plan_for(
         command += f" --arch '{resolution.arch_list}'"
         if resolution.experimental:
             command += " --allow-experimental"
-    manifest = build_manifest(target, resolution)
-    try:  # what crosses the seam fits the contract's model, or the plan is not made
-        Manifest.from_dict(manifest)
+    document = build_manifest(target, resolution)
+    manifest = document.to_dict()
+    try:  # what crosses the seam fits the contract's model (every type checked), or the plan is not made
+        document = Manifest.from_dict(manifest)
     except ModelError as exc:
         raise ConfigError(f"target {target.name}: the manifest does not fit the contract: {exc}") from None
     return TargetPlan(
@@ -291,6 +293,7 @@ def plan_for(
         out_dir=where,
         stages=_stages(target, resolution),
         manifest=manifest,
+        document=document,
         labels=static_labels(manifest),
         render_command=command,
         image=image,
