@@ -206,29 +206,27 @@ def _json_label(value: object) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def static_labels(manifest: Mapping[str, Any]) -> dict[str, str]:
+def static_labels(manifest: Manifest) -> dict[str, str]:
     """The OCI labels that follow from the manifest (docs/contracts.md), the same in every build of the plan."""
-    torch = manifest["torch"]
-    source = torch.get("source") or {}
+    torch, source = manifest.torch, manifest.torch.source
     components = {
-        name: (info["arches"] or ["cpu"]) if info["included"] else "excluded"
-        for name, info in manifest["components"].items()
+        name: (info.arches or ["cpu"]) if info.included else "excluded" for name, info in manifest.components.items()
     }
     return {
-        "org.opencontainers.image.title": manifest["target"],
-        "org.opencontainers.image.version": torch["version"],
-        "io.imagebuild.target": manifest["target"],
-        "io.imagebuild.platform": manifest["platform"]["name"],
-        "io.imagebuild.oci-platform": manifest["platform"]["oci"],
-        "io.imagebuild.torch": torch["version"],
-        "io.imagebuild.arches": ";".join(manifest["gpu_arches"]) or "none",
-        "io.imagebuild.patches": ",".join(p["name"] for p in torch["patches"]),
+        "org.opencontainers.image.title": manifest.target,
+        "org.opencontainers.image.version": torch.version,
+        "io.imagebuild.target": manifest.target,
+        "io.imagebuild.platform": manifest.platform.name,
+        "io.imagebuild.oci-platform": manifest.platform.oci,
+        "io.imagebuild.torch": torch.version,
+        "io.imagebuild.arches": ";".join(manifest.gpu_arches) or "none",
+        "io.imagebuild.patches": ",".join(p.name for p in torch.patches),
         # Where a source-built torch came from: the fork carries its fixes, so no patch names them.
         "io.imagebuild.torch-source": (
-            f"{source['git']}@{source.get('commit') or source.get('ref') or 'HEAD'}" if source.get("git") else ""
+            f"{source.git}@{source.commit or source.ref or 'HEAD'}" if source is not None and source.git else ""
         ),
         "io.imagebuild.components": _json_label(components),
-        "io.imagebuild.versions": _json_label(manifest["versions"]),
+        "io.imagebuild.versions": _json_label(manifest.to_dict()["versions"]),
     }
 
 
@@ -294,7 +292,7 @@ def plan_for(
         stages=_stages(target, resolution),
         manifest=manifest,
         document=document,
-        labels=static_labels(manifest),
+        labels=static_labels(document),
         render_command=command,
         image=image,
     )
