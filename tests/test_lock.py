@@ -42,6 +42,8 @@ def test_every_target_names_images_git_and_pip_inputs(matrix) -> None:
     assert "git:https://github.com/fxmarty/pytorch@ceaa1e4a7b66e818ea4e56925bb4a5dff8c56055" in keys
     assert "pip:local-cpu@linux/arm64:torch" in keys  # every OCI platform has its own sets
     assert "pip:cuda12.1-torch2.3@linux/amd64:runtime-server" in keys
+    # the Debian suite the local bases are debootstrapped from, for both architectures
+    assert found["apt:debian/bookworm"].spec["architectures"] == ["amd64", "arm64"]
 
 
 def test_committed_lock_is_fresh_and_covers_every_input(matrix, doc) -> None:
@@ -64,6 +66,8 @@ def test_locked_entries_are_pins_with_hashes(doc) -> None:
             assert all(" --hash=sha256:" in line for line in entry["requirements"])
         elif key.startswith("git:"):
             assert SHA256.match(entry["archive_sha256"]) and re.fullmatch(r"[0-9a-f]{40}", entry["tree"])
+        elif key.startswith("apt:"):
+            assert SHA256.match(entry["inrelease_sha256"]) and entry["date"] and entry["codename"] == "bookworm"
         elif key.startswith("image:") and entry["status"] == "locked":
             assert entry["digest"].startswith("sha256:") and entry["platforms"]
 

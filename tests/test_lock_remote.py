@@ -360,3 +360,36 @@ def test_cli_exit_code_one_line_per_input_and_nothing_written(
     assert bad.exit_code == 1 and bad.exception is None
     assert f"unreachable image:{silent}: " in bad.stdout and "error: 1 input(s)" in bad.stderr
     assert lock.read_text() == text and sorted(p.name for p in root.iterdir()) == before  # nothing written
+
+
+def test_debian_suite_ok_then_changed_at_a_point_release(tmp_path: Path, silent_port: int) -> None:
+    """A mirror on 127.0.0.1 serving dists/bookworm/InRelease: the locked file is ok; a new one is `changed`."""
+    from imagebuild.lock import debian
+
+    dists = tmp_path / "debian" / "dists" / "bookworm"
+    dists.mkdir(parents=True)
+    release = "Codename: bookworm\nVersion: 12.15\nDate: Sat, 11 Jul 2026 10:16:37 UTC\nArchitectures: amd64 arm64\n"
+    (dists / "InRelease").write_text(release)
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: Quiet(*a, directory=str(tmp_path)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    mirror = f"http://127.0.0.1:{httpd.server_address[1]}/debian"
+    try:
+        spec = {"mirror": mirror, "suite": "bookworm", "architectures": ["amd64", "arm64"]}
+        entry = {"spec": spec, "status": "locked", **debian.release(mirror, "bookworm", ["amd64", "arm64"], 5)}
+        assert entry["version"] == "12.15" and entry["codename"] == "bookworm"
+        silent = {"spec": {**spec, "mirror": f"http://127.0.0.1:{silent_port}/debian"}, **{"status": "locked"}}
+        doc = _doc({"apt:debian/bookworm": entry, "apt:silent": silent})
+        results = _by_key(remote.check(doc, None, limit=1.5, jobs=4))
+        assert results["apt:debian/bookworm"]["status"] == "ok"
+        assert results["apt:silent"]["status"] == "unreachable" and "within 1.5 s" in results["apt:silent"]["detail"]
+        (dists / "InRelease").write_text(release.replace("12.15", "12.16").replace("Sat, 11 Jul", "Sat, 12 Sep"))
+        [moved] = remote.check(_doc({"apt:debian/bookworm": entry}), None, limit=5, jobs=2)
+        assert moved["status"] == "changed" and "expected 12.15 of Sat, 11 Jul 2026" in moved["detail"]
+        assert "got 12.16 of Sat, 12 Sep 2026" in moved["detail"]
+    finally:
+        httpd.shutdown()

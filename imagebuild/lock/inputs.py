@@ -18,6 +18,10 @@ from imagebuild.matrix.oci import BASELINE, for_oci
 
 # Wheels for glibc >= 2.28: every base here (Ubuntu 22.04: 2.35, Debian bookworm: 2.36) runs them.
 MANYLINUX = "manylinux_2_28"
+# The Debian archive scripts/make-base-image.sh debootstraps a local base from (IMAGEBUILD_DEBIAN_MIRROR or the
+# machine's own mirror override it there; the lock names the default).
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+DEBIAN_ARCH = {"linux/amd64": "amd64", "linux/arm64": "arm64"}
 # Packages that belong to the torch stage (torch's own requirements): a later stage's set never lists them.
 TORCH_OWNED_PREFIXES = ("torch", "triton", "nvidia-", "pytorch-triton")
 
@@ -27,7 +31,7 @@ class Input:
     """One external input: its key, kind, the matrix values that pin it, where it is named, who uses it."""
 
     key: str
-    kind: str  # image | git | pip | file
+    kind: str  # image | git | pip | file | apt
     spec: dict[str, Any]
     where: str  # the matrix place (key path) or the Dockerfile step it serves, for messages
     users: list[str] = field(default_factory=list)  # "<target> <oci platform>"
@@ -38,6 +42,8 @@ class Input:
             return f"image {spec['ref']}"
         if self.kind == "git":
             return f"git {spec['url']}@{spec['commit'] or spec.get('ref') or 'HEAD'}"
+        if self.kind == "apt":
+            return f"Debian {spec['suite']} ({', '.join(spec['architectures'])}) from {spec['mirror']}"
         if self.kind == "file":
             return f"file {spec['path']} (sha256 {spec['sha256'][:12]})"
         return f"pip set ({len(spec['requirements'])} requirement(s), Python {spec['python']}, {spec['platform']})"
@@ -73,6 +79,8 @@ def collect(matrix: Matrix, names: tuple[str, ...] | list[str] = ()) -> dict[str
         elif have.spec != item.spec:
             if item.kind == "image":  # one image for several OCI platforms: one entry listing them all
                 have.spec["platforms"] = sorted(set(have.spec["platforms"]) | set(item.spec["platforms"]))
+            elif item.kind == "apt":  # one suite for several architectures
+                have.spec["architectures"] = sorted(set(have.spec["architectures"]) | set(item.spec["architectures"]))
             else:
                 raise ConfigError(f"lock: {item.key} means two things ({have.describe()}; {item.describe()})")
         if user(target) not in have.users:
@@ -101,6 +109,8 @@ def _inputs_of(matrix: Matrix, target: Target) -> list[Input]:
     items: list[Input] = [
         _image(platform.base_image, oci, _where_base(target)),
     ]
+    if is_local_image(platform.base_image) and "debian" in platform.base_image:
+        items.append(_debian(platform.base_image, oci, _where_base(target)))
     base_key = f"pip:{prefix}:base"
     items.append(
         _pip(
@@ -212,6 +222,13 @@ def _inputs_of(matrix: Matrix, target: Target) -> list[Input]:
 
 def _image(ref: str, oci: str, where: str) -> Input:
     return Input(f"image:{ref}", "image", {"ref": ref, "platforms": [oci], "local": is_local_image(ref)}, where)
+
+
+def _debian(ref: str, oci: str, where: str) -> Input:
+    """The Debian suite a local base is debootstrapped from: the tag's first word (`bookworm`, `bookworm-arm64`)."""
+    suite = ref.rsplit(":", 1)[-1].split("-", 1)[0]
+    spec = {"mirror": DEBIAN_MIRROR, "suite": suite, "architectures": [DEBIAN_ARCH.get(oci, oci)]}
+    return Input(f"apt:debian/{suite}", "apt", spec, f"{where} (scripts/make-base-image.sh debootstraps it)")
 
 
 def _git(source: Source, where: str) -> Input:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,47 +18,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-import requests
-
 from imagebuild.engine.registry import RegistryError
-from imagebuild.lock import gitsrc, images
+from imagebuild.lock import debian, gitsrc, images
+from imagebuild.lock.http import FetchError, http_get
 
 FAILED = ("unreachable", "changed", "unlocked")
-MAX_PAGE = 32 * 1024 * 1024  # bytes of one simple-index page read at most
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
-
-
-class FetchError(Exception):
-    pass
-
-
-def http_get(url: str, limit: float, accept: str = "") -> tuple[int, str, bytes]:
-    """(status, content type, body) of a GET whose whole answer arrives within limit seconds."""
-    outcome: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            with requests.get(url, headers={"Accept": accept} if accept else {}, timeout=limit, stream=True) as r:
-                body = b""
-                for chunk in r.iter_content(1 << 16):
-                    body += chunk
-                    if len(body) > MAX_PAGE:
-                        raise FetchError(f"{url}: answer larger than {MAX_PAGE} bytes")
-                outcome["answer"] = (r.status_code, r.headers.get("Content-Type", ""), body)
-        except BaseException as exc:  # handed to the caller's thread
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=work, name="lock check", daemon=True)
-    worker.start()
-    worker.join(limit)
-    if worker.is_alive():
-        raise FetchError(f"{urlparse(url).netloc}: no complete answer within {limit:g} s")
-    error = outcome.get("error")
-    if isinstance(error, requests.RequestException):
-        raise FetchError(f"{urlparse(url).netloc}: {type(error).__name__}")
-    if error is not None:
-        raise error
-    return outcome["answer"]
 
 
 def project_files(index_url: str, project: str, limit: float) -> dict[str, str]:
@@ -129,7 +93,8 @@ def _check_one(key: str, entry: dict[str, Any], limit: float, pages: dict[tuple[
     started = time.monotonic()
     kind = key.split(":", 1)[0]
     try:
-        status, detail = {"image": _image, "git": _git, "pip": _pip, "file": _file}[kind](entry, limit, pages)
+        checks = {"image": _image, "git": _git, "pip": _pip, "file": _file, "apt": _apt}
+        status, detail = checks[kind](entry, limit, pages)
     except Exception as exc:  # one input's surprise is its own line, never the whole check's traceback
         status, detail = "unreachable", f"{type(exc).__name__}: {str(exc)[:200]}"
     return {"key": key, "status": status, "detail": detail, "seconds": round(time.monotonic() - started, 3)}
@@ -207,6 +172,10 @@ def _local_file(path: Path, sha256: str) -> str | None:
         return f"{path}: {exc.strerror}"
     got = digest.hexdigest()
     return None if got == sha256 else f"{path.name}: expected sha256 {sha256} got {got}"
+
+
+def _apt(entry: dict[str, Any], limit: float, pages: Any) -> tuple[str, str]:
+    return debian.check(entry, limit)
 
 
 def _file(entry: dict[str, Any], limit: float, pages: Any) -> tuple[str, str]:

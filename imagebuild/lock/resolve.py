@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.engine.registry import RegistryError
-from imagebuild.lock import gitsrc, images, pipsets
+from imagebuild.lock import debian, gitsrc, images, pipsets
+from imagebuild.lock.http import FetchError
 from imagebuild.lock.inputs import Input
 
 
@@ -93,6 +94,11 @@ def _resolve_one(
             entry, repo = gitsrc.resolve(spec["url"], spec["commit"], options.git_mirrors, options.limit, work)
             git_dirs[f"{spec['url']}@{spec['commit']}"] = repo
             return {"status": "locked", **entry}
+        if item.kind == "apt":
+            return {
+                "status": "locked",
+                **debian.release(spec["mirror"], spec["suite"], spec["architectures"], options.limit),
+            }
         if item.kind == "file":
             return {"status": "locked"}  # the spec holds the file's sha256: the file is the lock
         return _pip(item, done, options, git_dir, work)
@@ -100,6 +106,8 @@ def _resolve_one(
         return {"status": "unresolved", "why": str(exc)}
     except gitsrc.GitError as exc:
         return {"status": "unresolved", "why": f"{spec.get('url')}: {exc}"}
+    except FetchError as exc:
+        return {"status": "unresolved", "why": str(exc)}
     except pipsets.ResolveError as exc:
         return {"status": "unresolved", "why": f"uv: {exc}"}
 
