@@ -358,3 +358,20 @@ def test_cli_key_without_registry_is_usage_error(tmp_path: Path, cli) -> None:
         "--matrix", str(REPO / "matrix.yaml"), "report", "--no-engine", "--key", "x.pub", "--out", str(tmp_path)
     )
     assert result.exit_code == 2 and result.exception is None
+
+
+def test_smoke_on_a_gpu_the_image_does_not_cover_is_noted_not_passed(tmp_path: Path) -> None:
+    """A report from a gfx1100 run of the gfx90a;gfx942 image (preflight refused: AMD mocked) fits no row."""
+    rocm_evidence(tmp_path)
+    path = tmp_path / "build/smoke/rocm6.1-torch2.3/report.json"
+    doc = json.loads(path.read_text())
+    doc.update(arch="gfx1100", passed=False)
+    path.write_text(json.dumps(doc))
+    page = page_for(tmp_path)
+    for arch in ("gfx90a", "gfx942"):
+        r = row(page, "rocm6.1-torch2.3", arch=arch)
+        assert r.verdict == NOT_RUN
+        assert r.notes == [
+            "build/smoke/rocm6.1-torch2.3/report.json: a smoke on gfx1100 (failed), not an arch of this image"
+        ]
+    assert "a smoke on gfx1100 (failed)" in render(page)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.errors import ConfigError
-from imagebuild.matrix import Matrix
+from imagebuild.matrix import Matrix, Target
 from imagebuild.matrix.oci import for_oci
 from imagebuild.plan.imageref import LOCAL_REPO
 from imagebuild.release.index import local_name
@@ -138,7 +138,7 @@ def rows_for(matrix: Matrix, ev: Evidence, inspect: Inspect | None = None) -> li
 
 
 def _rows_of(
-    ev: Evidence, plat: Any, oci: str, name: str, first: str, entry: dict[str, Any] | None, inspect: Inspect | None
+    ev: Evidence, plat: Target, oci: str, name: str, first: str, entry: dict[str, Any] | None, inspect: Inspect | None
 ) -> list[Row]:
     cov, why, where = ev.coverage(name, entry)
     if cov is not None and cov.target not in (None, plat.name):
@@ -192,6 +192,14 @@ def _rows_of(
         elif sbom is not None:
             row.release.sbom = "attested, in image"
         out.append(row)
+    if report is not None and not any(_smoke_is_for(row, report) for row in out):
+        said = "passed" if report.refusal() is None else "failed"
+        note = (
+            f"{ev.rel(smoke_path)}: a smoke on {report.arch or 'no detected GPU'} ({said}), not an arch of this image"
+        )
+        ev.warnings.append(note)
+        for row in out:
+            row.notes.append(note)
     return out
 
 
