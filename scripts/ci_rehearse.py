@@ -159,6 +159,15 @@ def _legs(job: dict[str, Any], ev: Evaluator) -> list[dict[str, Any]]:
     return legs
 
 
+def on_the_cpu(matrix: dict[str, Any], runs_on: Any) -> tuple[dict[str, Any], list[str]]:
+    """A GPU leg (a `gpu` other than none, or a runner labelled rocm/cuda) rehearsed here: --gpu none, marked."""
+    labels = set(runs_on) if isinstance(runs_on, list) else {to_text(runs_on)}
+    if matrix.get("gpu") in (None, "none") and not labels & GPU_LABELS:
+        return matrix, []
+    mark = f"GPU leg on the CPU: --gpu none, not {matrix.get('gpu')} on {sorted(labels)} (its arch check cannot pass)"
+    return {**matrix, "gpu": "none"}, [mark]
+
+
 def _leg_name(leg: dict[str, Any]) -> str:
     keys = [k for k in ("target", "platform", "arch") if k in leg] or sorted(leg)
     return " ".join(to_text(leg[k]) for k in keys)
@@ -520,14 +529,10 @@ class Rehearsal:
     def run_leg(
         self, name: str, job: dict[str, Any], matrix: dict[str, Any], leg: str, keys: dict[str, str]
     ) -> tuple[str, dict[str, Any]]:
-        marks: list[str] = []
         ev = Evaluator(self.job_contexts(matrix))
         runs_on = expand(job.get("runs-on"), ev)
-        labels = set(runs_on) if isinstance(runs_on, list) else {to_text(runs_on)}
-        if matrix.get("gpu") not in (None, "none") or labels & GPU_LABELS:
-            marks.append(f"GPU leg on the CPU: --gpu none instead of {matrix.get('gpu')} (its arch check cannot pass)")
-            matrix["gpu"] = "none"
-            ev = Evaluator(self.job_contexts(matrix))
+        matrix, marks = on_the_cpu(matrix, runs_on)
+        ev = Evaluator(self.job_contexts(matrix))
         started = time.monotonic()
         timeout_s = float(job.get("timeout-minutes", 360)) * 60
         self.temp = self.root / "temp"

@@ -23,7 +23,7 @@ OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 REGISTRY = os.environ.get("IMAGEBUILD_TEST_REGISTRY", "127.0.0.1:5000")
 sys.path.insert(0, str(REPO / "scripts"))
 from ci_expr import Evaluator, ExprError, condition, expand  # noqa: E402
-from ci_rehearse import _file_commands, _legs  # noqa: E402
+from ci_rehearse import _file_commands, _legs, on_the_cpu  # noqa: E402
 
 
 def rehearse(
@@ -153,3 +153,13 @@ def test_matrix_legs_expand_axes_and_include(tmp_path: Path) -> None:
     commands = tmp_path / "env"
     commands.write_text("A=1\nB<<EOF\nline 1\nline 2\nEOF\nC=x=y\n")
     assert _file_commands(commands) == {"A": "1", "B": "line 1\nline 2", "C": "x=y"}
+
+
+def test_gpu_legs_run_on_the_cpu_and_say_so() -> None:
+    leg = {"target": "rocm6.1-torch2.3", "arch": "gfx942", "gpu": "rocm"}
+    matrix, marks = on_the_cpu(leg, ["self-hosted", "linux", "rocm", "mi300"])
+    assert matrix["gpu"] == "none" and leg["gpu"] == "rocm" and "GPU leg on the CPU" in marks[0] and "rocm" in marks[0]
+    assert on_the_cpu({"arch": "cpu", "gpu": "none"}, ["self-hosted", "linux", "x64", "builder"]) == (
+        {"arch": "cpu", "gpu": "none"},
+        [],
+    )

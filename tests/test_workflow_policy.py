@@ -200,7 +200,7 @@ def test_build_cache_of_a_pull_request_is_its_own() -> None:
     script = step("build", "Build")["run"]
     assert 'scope="pr${PR_NUMBER}"' in script and "cache-${scope}-" in script
     # the only cache a build writes is its own scope's
-    assert re.findall(r'to="type=registry,ref=\$\{(\w+)\}', script) == ["own"]
+    assert re.findall(r'--cache-to "type=registry,ref=\$\{(\w+)\}', script) == ["own"]
 
 
 def _gate_case(
