@@ -23,7 +23,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,23 +145,16 @@ def distributions_of(matrix_path: Path) -> dict[str, str]:
 
 
 def _docker(engine: Engine, *args: str, timeout: int = 600) -> str:
+    from imagebuild.engine import cli
+
     try:
-        proc = subprocess.run(
-            [engine.client, *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env={**os.environ, **engine.env},
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise CoverageError(f"docker {args[0]} did not finish within {timeout} s") from None
-    if proc.returncode == 127 and "executable file not found" in proc.stderr and "--entrypoint" in args:
-        raise NoPython(NO_PYTHON)  # docker run's 127: the entrypoint (python3 here) is not in the image
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-        raise CoverageError(f"docker {args[0]} failed: {tail[:300]}")
-    return proc.stdout
+        return cli.docker(engine, *args, timeout=timeout)
+    except cli.CliFailed as exc:
+        if exc.no_entrypoint and "--entrypoint" in args:
+            raise NoPython(NO_PYTHON) from None  # the entrypoint (python3 here) is not in the image
+        raise CoverageError(str(exc)) from None
+    except cli.CliError as exc:
+        raise CoverageError(str(exc)) from None
 
 
 def scan_image(engine: Engine, image: str, arch: str | None = None) -> dict[str, Any]:
@@ -191,20 +183,17 @@ def scan_image(engine: Engine, image: str, arch: str | None = None) -> dict[str,
 
 def add_layer(engine: Engine, image: str, tags: list[str], doc: ArchCoverage) -> str:
     """`FROM image` + arch-coverage.json + the summary label, under the same tags; the new image ID."""
-    with tempfile.TemporaryDirectory(prefix="imagebuild-coverage-") as tmp:
-        ctx = Path(tmp)
-        stable = dataclasses.replace(doc, scan=dataclasses.replace(doc.scan, seconds=None))  # same image, same layer
-        (ctx / "arch-coverage.json").write_text(json.dumps(stable.to_dict(), indent=1) + "\n", encoding="utf-8")
-        label = json.dumps(doc.summary())  # a JSON string is a valid Dockerfile LABEL value
-        (ctx / "Dockerfile").write_text(
-            f"FROM {image}\nCOPY arch-coverage.json {IMAGE_PATH}\nLABEL {LABEL}={label}\n", encoding="utf-8"
-        )
-        tag_args = [arg for tag in tags for arg in ("-t", tag)]
-        from imagebuild.release.sbom_image import platform_args
+    from imagebuild.engine import cli
 
-        plat = platform_args(engine, image)
-        _docker(engine, *engine.build_prefix()[1:], "-q", *plat, "--iidfile", str(ctx / "iid"), *tag_args, str(ctx))
-        return (ctx / "iid").read_text().strip()
+    stable = dataclasses.replace(doc, scan=dataclasses.replace(doc.scan, seconds=None))  # same image, same layer
+    files = {"arch-coverage.json": json.dumps(stable.to_dict(), indent=1) + "\n"}
+    label = json.dumps(doc.summary())  # a JSON string is a valid Dockerfile LABEL value
+    try:
+        return cli.add_layer(
+            engine, image, tags, files, f"COPY arch-coverage.json {IMAGE_PATH}\nLABEL {LABEL}={label}\n"
+        )
+    except cli.CliError as exc:
+        raise CoverageError(str(exc)) from None
 
 
 def disallowed(doc: ArchCoverage) -> str:

@@ -13,13 +13,7 @@ image is the environment its SBOM describes, and it reads dpkg's status file whe
 from __future__ import annotations
 
 import inspect
-import io
 import json
-import os
-import re
-import subprocess
-import tarfile
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -95,21 +89,12 @@ class SbomError(Exception):
 
 
 def _docker(engine: Engine, *args: str, timeout: int = 300, input_text: str | None = None) -> str:
-    proc = subprocess.run(
-        [engine.client, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        input=input_text,
-        env={**os.environ, **engine.env},
-        check=False,
-    )
-    if proc.returncode != 0:
-        lines = proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"]
-        # `docker run --rm` may end with "error waiting for container: context canceled" after the daemon's answer.
-        tail = next((line for line in lines if "Error response from daemon" in line), lines[-1])
-        raise SbomError(f"docker {args[0]} failed: {tail[:300]}")
-    return proc.stdout
+    from imagebuild.engine import cli
+
+    try:
+        return cli.docker(engine, *args, timeout=timeout, input_text=input_text)
+    except cli.CliError as exc:
+        raise SbomError(str(exc)) from None
 
 
 def _without_python(engine: Engine, image: str) -> dict[str, Any]:
@@ -140,16 +125,9 @@ def _without_python(engine: Engine, image: str) -> dict[str, Any]:
 
 
 def _copy_out(engine: Engine, cid: str, path: str) -> str | None:
-    """One regular file of a container (`docker cp CID:PATH -` streams a tar), or None."""
-    proc = subprocess.run(
-        [engine.client, "cp", f"{cid}:{path}", "-"], capture_output=True, timeout=120, env={**os.environ, **engine.env}
-    )
-    if proc.returncode != 0:
-        return None
-    with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
-        member = tar.next()
-        handle = tar.extractfile(member) if member is not None and member.isfile() else None
-        return handle.read().decode("utf-8", "replace") if handle else None
+    from imagebuild.engine.cli import copy_out
+
+    return copy_out(engine, cid, path)
 
 
 def collect(engine: Engine, image: str, component_sources: dict[str, dict[str, Any]]) -> Inventory:
@@ -181,27 +159,15 @@ def collect(engine: Engine, image: str, component_sources: dict[str, dict[str, A
     )
 
 
-def platform_args(engine: Engine, image: str) -> list[str]:
-    """`--platform os/arch` of a built image: a layer on another platform's image (linux/arm64 here) must say so,
-    or BuildKit looks for a host-platform image of that name on Docker Hub."""
-    found = _docker(engine, "image", "inspect", "--format", "{{.Os}}/{{.Architecture}}", image).strip()
-    return ["--platform", found] if re.fullmatch(r"[a-z0-9]+/[a-z0-9]+", found) else []
-
-
 def add_layer(engine: Engine, image: str, tags: list[str], sbom_text: str) -> str:
     """Build `FROM image` + the SBOM file under the same tags; returns the new image ID."""
+    from imagebuild.engine import cli
     from imagebuild.release.sbom import IMAGE_PATH
 
-    with tempfile.TemporaryDirectory(prefix="imagebuild-sbom-") as tmp:
-        ctx = Path(tmp)
-        (ctx / "sbom.json").write_text(sbom_text, encoding="utf-8")
-        (ctx / "Dockerfile").write_text(f"FROM {image}\nCOPY sbom.json {IMAGE_PATH}\n", encoding="utf-8")
-        iid = ctx / "iid"
-        tag_args = [arg for tag in tags for arg in ("-t", tag)]
-        build = engine.build_prefix()[1:]  # argv after the client: ["build"] or ["buildx", "build"]
-        plat = platform_args(engine, image)
-        _docker(engine, *build, "-q", *plat, "--iidfile", str(iid), *tag_args, str(ctx), timeout=600)
-        return iid.read_text().strip()
+    try:
+        return cli.add_layer(engine, image, tags, {"sbom.json": sbom_text}, f"COPY sbom.json {IMAGE_PATH}\n")
+    except cli.CliError as exc:
+        raise SbomError(str(exc)) from None
 
 
 def component_sources(matrix_path: Path) -> dict[str, dict[str, Any]]:
@@ -259,7 +225,7 @@ def add_sboms(engine: Engine, results: list[TargetResult], matrix_path: Path, re
             built_id = str(result.image_id)
             result.image_id = add_layer(engine, result.tags[0], result.tags, text)
             _layer_record(path).write_text(json.dumps({"built": built_id, "image": result.image_id}) + "\n")
-        except (SbomError, ValueError, OSError, subprocess.TimeoutExpired) as exc:
+        except (SbomError, ValueError, OSError) as exc:
             result.ok = False
             result.failed_step = f"sbom: {exc}"
             result.log_tail = [str(exc)]

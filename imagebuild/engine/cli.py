@@ -1,0 +1,100 @@
+"""The docker client as a subprocess, for what only the CLI does well: run a program in an image with a bind
+mount, copy a file out of a container, add a layer (`FROM image` + files) through BuildKit.
+
+The engine's room holds every such process; prove/coverage.py (the arch scan) and release/sbom_image.py (the
+inventory and the SBOM layer) call these and say their own errors.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from imagebuild.engine.docker import Engine
+
+
+class CliError(Exception):
+    """A docker command that failed or did not finish; the message is one line (`docker run failed: ...`)."""
+
+
+class CliTimeout(CliError):
+    pass
+
+
+class CliFailed(CliError):
+    def __init__(self, message: str, returncode: int, stderr: str) -> None:
+        super().__init__(message)
+        self.returncode, self.stderr = returncode, stderr
+
+    @property
+    def no_entrypoint(self) -> bool:
+        """docker run's 127: the program given as --entrypoint is not in the image."""
+        return self.returncode == 127 and "executable file not found" in self.stderr
+
+
+def docker(engine: Engine, *args: str, timeout: int = 300, input_text: str | None = None) -> str:
+    """`docker ARGS` through the engine's client; its stdout, or CliError naming the command and the daemon's line."""
+    try:
+        proc = subprocess.run(
+            [engine.client, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=input_text,
+            env={**os.environ, **engine.env},
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise CliTimeout(f"docker {args[0]} did not finish within {timeout} s") from None
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"]
+        # `docker run --rm` may end with "error waiting for container: context canceled" after the daemon's answer.
+        tail = next((line for line in lines if "Error response from daemon" in line), lines[-1])
+        raise CliFailed(f"docker {args[0]} failed: {tail[:300]}", proc.returncode, proc.stderr)
+    return proc.stdout
+
+
+def copy_out(engine: Engine, container: str, path: str) -> str | None:
+    """One regular file of a container (`docker cp CID:PATH -` streams a tar), or None."""
+    proc = subprocess.run(
+        [engine.client, "cp", f"{container}:{path}", "-"],
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, **engine.env},
+        check=False,
+    )
+    if proc.returncode != 0:
+        return None
+    with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
+        member = tar.next()
+        handle = tar.extractfile(member) if member is not None and member.isfile() else None
+        return handle.read().decode("utf-8", "replace") if handle else None
+
+
+def platform_args(engine: Engine, image: str) -> list[str]:
+    """`--platform os/arch` of a built image: a layer on another platform's image (linux/arm64 here) must say so,
+    or BuildKit looks for a host-platform image of that name on Docker Hub."""
+    found = docker(engine, "image", "inspect", "--format", "{{.Os}}/{{.Architecture}}", image).strip()
+    return ["--platform", found] if re.fullmatch(r"[a-z0-9]+/[a-z0-9]+", found) else []
+
+
+def add_layer(engine: Engine, image: str, tags: list[str], files: Mapping[str, str], instructions: str) -> str:
+    """Build `FROM image` + instructions (COPYing files, written into the context) under tags; the new image ID."""
+    with tempfile.TemporaryDirectory(prefix="imagebuild-layer-") as tmp:
+        ctx = Path(tmp)
+        for name, text in files.items():
+            (ctx / name).write_text(text, encoding="utf-8")
+        (ctx / "Dockerfile").write_text(f"FROM {image}\n{instructions}", encoding="utf-8")
+        tag_args = [arg for tag in tags for arg in ("-t", tag)]
+        build = engine.build_prefix()[1:]  # argv after the client: ["build"] or ["buildx", "build"]
+        plat = platform_args(engine, image)
+        docker(engine, *build, "-q", *plat, "--iidfile", str(ctx / "iid"), *tag_args, str(ctx), timeout=600)
+        return (ctx / "iid").read_text().strip()
