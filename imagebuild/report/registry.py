@@ -3,11 +3,15 @@ checks `imagebuild verify` makes (signature over the digest; SBOM, provenance an
 
 from __future__ import annotations
 
-from imagebuild.engine.cosign import Verifier
-from imagebuild.engine.registry import Registry, RegistryError
+from imagebuild.engine.cosign import CosignError, Verifier, verified_statements
+from imagebuild.engine.registry import Registry, RegistryError, RepoRef
 from imagebuild.errors import ConfigError
+from imagebuild.release import attest
+from imagebuild.release.index import index_children
 from imagebuild.release.verify import Verification, parse_ref, verify_image
-from imagebuild.report.model import Row
+from imagebuild.report.model import NOT_RUN, Row
+from imagebuild.report.rows import smoke_facts, smoke_is_for
+from imagecontract.models import ModelError, SmokeReport
 from imagecontract.targets import loads_on
 
 
@@ -38,15 +42,41 @@ def _smoke(v: Verification, row: Row, several: bool) -> str:
     return "not attested"
 
 
-def _platform(ref: str, digest: str, warnings: list[str]) -> str | None:
-    """The OCI platform (os/architecture of its config) of the single image at ref."""
+def _children(ref: str, digest: str, warnings: list[str]) -> dict[str, tuple[str, str | None]]:
+    """OCI platform -> (image digest, config digest) of the tag: its index's children, or the one image."""
     repo, _ = parse_ref(ref)
+    registry = Registry(repo)
     try:
-        _, config = Registry(repo).config(repo.repo, digest)
+        children = index_children(registry, repo, digest) or {"": digest}
+        out = {}
+        for platform, child in children.items():
+            image_id, config = registry.config(repo.repo, child)
+            out[platform or f"{config.get('os')}/{config.get('architecture')}"] = (child, image_id)
+        return out
     except RegistryError as exc:
-        warnings.append(f"{ref}: cannot read its config: {exc}")
-        return None
-    return f"{config.get('os')}/{config.get('architecture')}"
+        warnings.append(f"{ref}: cannot read its images: {exc}")
+        return {}
+
+
+def _attested_smoke(row: Row, repo: RepoRef, digest: str, image_id: str | None, verifier: Verifier) -> None:
+    """A row without a local smoke report takes the smoke report attested on its digest (signature verified,
+    subject this digest, image ID this image's config digest), when one ran on a device its code loads on."""
+    try:
+        statements = verified_statements(f"{repo}@{digest}", attest.SMOKE_TYPE, verifier)
+    except CosignError:
+        return
+    for statement in statements:
+        if not attest.subject_matches(statement, digest):
+            continue
+        try:
+            report = SmokeReport.from_dict(statement.get("predicate"))
+        except ModelError:
+            continue
+        if report.image_id == image_id and smoke_is_for(row, report):
+            row.smoke = smoke_facts(report, None)
+            row.smoke.report = f"the smoke attestation of {repo}@{digest[:19]}"
+            row.image_id = row.image_id or image_id
+            return
 
 
 def apply(rows: list[Row], registry: str, verifier: Verifier, warnings: list[str]) -> None:
@@ -62,18 +92,24 @@ def apply(rows: list[Row], registry: str, verifier: Verifier, warnings: list[str
             warnings.append(f"{ref}: {exc}")
             continue
         several = any(f.what == "index" for f in v.findings)
-        platform = None if several or v.digest is None else _platform(ref, v.digest, warnings)
+        children = _children(ref, v.digest, warnings) if v.digest else {}
         for row in group:
             if v.digest is None:
                 row.release.note = f"{ref}: not in the registry"
                 continue
-            if platform is not None and platform != row.oci:  # one image, of another OCI platform
-                row.release.note = f"{ref} is the {platform} image only"
+            if row.oci not in children:  # one image (or an index) without this OCI platform
+                row.release.note = f"{ref} holds {', '.join(children) or 'no readable image'} only"
                 continue
+            child, image_id = children[row.oci]
+            if row.image_id and image_id != row.image_id:
+                row.release.note = f"{ref} holds another {row.oci} image ({str(image_id)[:19]}) than this build"
+                continue
+            if row.smoke.status == NOT_RUN and image_id:
+                _attested_smoke(row, parse_ref(ref)[0], child, image_id, verifier)
             facts = row.release
             facts.published, facts.repository, facts.source = True, registry, f"registry {registry}"
             facts.refs = [ref, *[r for r in facts.refs if r != ref]]
-            facts.digest = facts.digest or v.digest
+            facts.digest = child
             if several:
                 facts.note = f"{ref} is an OCI index ({v.digest[:19]})"
             signature = _finding(v, row, "signature", several)

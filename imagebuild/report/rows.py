@@ -7,7 +7,6 @@ loads on (`loads_on`); a publish report only when it pushed this image. Anything
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from imagebuild.errors import ConfigError
@@ -31,11 +30,11 @@ def _ids(arches: list[str]) -> list[str]:
         return list(arches)
 
 
-def smoke_facts(report: SmokeReport, path: Path) -> SmokeFacts:
+def smoke_facts(report: SmokeReport, when: str | None) -> SmokeFacts:
     refusal = report.refusal()
     facts = SmokeFacts(
         status="passed" if refusal is None else "failed",
-        when=mtime_utc(path),
+        when=when,
         device=report.device,
         device_arch=report.arch,
         gpu_name=report.gpu_name,
@@ -175,11 +174,11 @@ def _rows_of(
             row.size_bytes = facts_of.get("size")
             baked = (facts_of.get("labels") or {}).get("io.imagebuild.tunableop.baked")
             row.tunableop_baked = [b for b in str(baked or "").split(",") if b]
-        if report is not None and _smoke_is_for(row, report):
+        if report is not None and smoke_is_for(row, report):
             if image_id and report.image_id != image_id:
                 row.smoke.note = f"{ev.rel(smoke_path)} ran another image ({str(report.image_id)[:19]}): not counted"
             else:
-                row.smoke = smoke_facts(report, smoke_path)
+                row.smoke = smoke_facts(report, mtime_utc(smoke_path))
                 row.smoke.report = ev.rel(smoke_path)
                 row.image_id = row.image_id or report.image_id
         row.coverage = coverage_facts(cov, why, where, arch)
@@ -192,7 +191,7 @@ def _rows_of(
         elif sbom is not None:
             row.release.sbom = "attested, in image"
         out.append(row)
-    if report is not None and not any(_smoke_is_for(row, report) for row in out):
+    if report is not None and not any(smoke_is_for(row, report) for row in out):
         said = "passed" if report.refusal() is None else "failed"
         note = (
             f"{ev.rel(smoke_path)}: a smoke on {report.arch or 'no detected GPU'} ({said}), not an arch of this image"
@@ -203,7 +202,7 @@ def _rows_of(
     return out
 
 
-def _smoke_is_for(row: Row, report: SmokeReport) -> bool:
+def smoke_is_for(row: Row, report: SmokeReport) -> bool:
     """The report ran on a device this row's code loads on (a CPU image: a CPU run)."""
     if row.vendor == "cpu":
         return report.arch in (None, "cpu") or report.device == "cpu"

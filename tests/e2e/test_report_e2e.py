@@ -1,6 +1,7 @@
 """`imagebuild report --registry`: the page's release columns from a real registry's attestations, verified with
 cosign the way `imagebuild verify` does (issue 25). The session's smoked local-cpu amd64 image is published signed
-as `<repo>:local-cpu`; the page built from no local evidence shows it verified, and its arm64 row not published.
+as `<repo>:local-cpu`; the page built from no local evidence shows it verified and passed (from its smoke
+attestation), and its arm64 row not published.
 """
 
 from __future__ import annotations
@@ -45,8 +46,11 @@ def test_registry_attestations_fill_the_release_columns(
     assert amd64["published"] and amd64["refs"][0] == f"{repo}:local-cpu"
     for column in ("signature", "sbom", "provenance", "smoke_attestation"):
         assert amd64[column].startswith("verified ("), (column, amd64[column])
-    assert not arm64["published"] and arm64["note"] == f"{repo}:local-cpu is the linux/amd64 image only"
-    assert rows["local-cpu|linux/amd64|cpu"]["verdict"] == "not run"  # no local smoke report: not a pass
+    assert not arm64["published"] and arm64["note"] == f"{repo}:local-cpu holds linux/amd64 only"
+    # no local smoke report: the one attested on the digest (signature verified, bound to it, this image's ID)
+    smoke = rows["local-cpu|linux/amd64|cpu"]["smoke"]
+    assert rows["local-cpu|linux/amd64|cpu"]["verdict"] == "passed"
+    assert smoke["report"].startswith(f"the smoke attestation of {repo}@sha256:") and smoke["tokens_per_s"] > 0
     assert (
         rows["rocm6.1-torch2.3|linux/amd64|gfx942"]["release"]["note"]
         == f"{repo}:rocm6.1-torch2.3: not in the registry"
