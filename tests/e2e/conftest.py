@@ -39,6 +39,8 @@ COMPAT = {
     "test_smoke_publish_e2e.py::test_failing_smoke_exits_4_and_cannot_be_published",
     "test_smoke_publish_e2e.py::test_promote_copies_a_staged_digest_to_another_repository",
     "test_engine_media_types_e2e.py::test_docker20_pushes_docker_schema2",
+    "test_engine_media_types_e2e.py::test_doctor_reports_the_engine_and_refuses_a_missing_feature",
+    "test_engine_media_types_e2e.py::test_publish_oci_on_an_engine_without_it_pushes_nothing",
 }
 
 

@@ -9,16 +9,16 @@ On Docker 20.10 (IMAGEBUILD_ENGINE=docker20): the push of a one-platform image i
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import unique
+import requests
+import skopeo
+from e2e_helpers import imagebuild, unique
 
 from imagebuild.engine.docker import Engine, docker_client, find_engine
 from imagebuild.engine.registry import Registry, RepoRef
@@ -37,29 +37,6 @@ FROM base-${{TARGETARCH}}
 RUN uname -m > /machine
 """
 MACHINES = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
-
-
-def skopeo_raw(ref: str) -> bytes:
-    """The manifest (or index) bytes at ref, exactly as the registry serves them, read by skopeo."""
-    if shutil.which("skopeo") is None:
-        pytest.fail("skopeo is not installed (scripts/setup.sh installs it)")
-    proc = subprocess.run(
-        ["skopeo", "inspect", "--raw", "--tls-verify=false", f"docker://{ref}"], capture_output=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-    return proc.stdout
-
-
-def skopeo_config(ref: str) -> dict[str, Any]:
-    proc = subprocess.run(
-        ["skopeo", "inspect", "--config", "--tls-verify=false", f"docker://{ref}"], capture_output=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-    return json.loads(proc.stdout)
-
-
-def sha256(body: bytes) -> str:
-    return "sha256:" + hashlib.sha256(body).hexdigest()
 
 
 def _build(engine: Engine, ctx: Path, name: str, *flags: str) -> None:
@@ -88,18 +65,18 @@ def test_one_build_one_push_is_an_oci_index_of_oci_manifests(engine: str, regist
     _build(current, tmp_path / "ctx", f"{repo}:one", "--provenance=false")
     digest = push(docker_client(), repo, "one")  # the engine's stream: a status line, no aux (containerd store)
 
-    raw = skopeo_raw(f"{repo}:one")
-    assert sha256(raw) == digest
+    raw = skopeo.raw(f"{repo}:one")
+    assert skopeo.sha256(raw) == digest
     index = json.loads(raw)
     assert index["mediaType"] == OCI_INDEX
     platforms = {f"{m['platform']['os']}/{m['platform']['architecture']}": m for m in index["manifests"]}
     assert set(platforms) == set(MACHINES) and len(index["manifests"]) == 2  # no attestation: --provenance=false
     for platform, entry in platforms.items():
         assert entry["mediaType"] == OCI_MANIFEST
-        child = skopeo_raw(f"{repo}@{entry['digest']}")
-        assert sha256(child) == entry["digest"] and len(child) == entry["size"]
+        child = skopeo.raw(f"{repo}@{entry['digest']}")
+        assert skopeo.sha256(child) == entry["digest"] and len(child) == entry["size"]
         assert json.loads(child)["mediaType"] == OCI_MANIFEST
-        config = skopeo_config(f"{repo}@{entry['digest']}")
+        config = skopeo.config(f"{repo}@{entry['digest']}")
         assert f"{config['os']}/{config['architecture']}" == platform
     # publish's read-back agrees with skopeo
     types = media_types(Registry(repo), repo.repo, digest)
@@ -121,7 +98,7 @@ def test_buildkit_attestations_are_not_platforms(engine: str, registry: str, tmp
     results = {p: PublishResult(image=local, image_id=str(image.id), repository=str(repo)) for p in MACHINES}
     children = push_children(client, images, repo, results, lambda _: None)
 
-    staged = json.loads(skopeo_raw(f"{repo}@{image.id}"))  # what the engine pushed: the index, attestations too
+    staged = json.loads(skopeo.raw(f"{repo}@{image.id}"))  # what the engine pushed: the index, attestations too
     kinds = [m.get("annotations", {}).get("vnd.docker.reference.type") for m in staged["manifests"]]
     assert kinds.count("attestation-manifest") == 2 and len(kinds) == 4, staged
     reg = Registry(repo)
@@ -134,8 +111,8 @@ def test_buildkit_attestations_are_not_platforms(engine: str, registry: str, tmp
 
     index = PublishResult(image="e2e", image_id=str(image.id), repository=str(repo))
     write_indexes(repo, ["v1"], children, index, lambda _: None)
-    written = skopeo_raw(f"{repo}:v1")
-    assert sha256(written) == index.digest and index.media_type == OCI_INDEX and index.attestations == []
+    written = skopeo.raw(f"{repo}:v1")
+    assert skopeo.sha256(written) == index.digest and index.media_type == OCI_INDEX and index.attestations == []
     doc = json.loads(written)
     assert doc["mediaType"] == OCI_INDEX and len(doc["manifests"]) == 2
     assert {f"{m['platform']['os']}/{m['platform']['architecture']}": m["digest"] for m in doc["manifests"]} == {
@@ -158,6 +135,40 @@ def test_docker20_pushes_docker_schema2(engine: str, registry: str, tmp_path: Pa
     proc = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **found.env}, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     digest = push(docker_client(), repo, "one")
-    raw = skopeo_raw(f"{repo}:one")
-    assert sha256(raw) == digest and json.loads(raw)["mediaType"] == DOCKER_MANIFEST
+    raw = skopeo.raw(f"{repo}:one")
+    assert skopeo.sha256(raw) == digest and json.loads(raw)["mediaType"] == DOCKER_MANIFEST
     assert media_types(Registry(repo), repo.repo, digest).media_type == DOCKER_MANIFEST
+
+
+def test_doctor_reports_the_engine_and_refuses_a_missing_feature(engine: str) -> None:
+    found = find_engine()
+    run = imagebuild("doctor", "--json")
+    assert run.returncode in (0, 1), run.output[-2000:]  # 1: this host's GPU facts, not the engine's
+    reported = json.loads(run.stdout)["engine"]
+    assert reported["version"] == found.server_version and reported["store"] == found.store
+    assert reported["buildkit"] == found.buildkit != "unknown"
+    features = {f["name"]: f["available"] for f in reported["features"]}
+    assert features == found.facts.features()
+    assert features["multi-platform"] == (found.store == "containerd")
+    refused = imagebuild("doctor", "--require", "multi-platform")
+    if found.has("multi-platform"):
+        assert refused.returncode != 2, refused.output[-2000:]
+        return
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert refused.returncode == 2 and len(errors) == 1, refused.output[-2000:]
+    assert "multi-platform in one build" in errors[0] and "Docker 26.1" in errors[0], errors
+
+
+def test_publish_oci_on_an_engine_without_it_pushes_nothing(local_cpu: Any, registry: str) -> None:
+    """publish --oci on Docker 20.10: one error line naming the feature and the engine that has it, exit 2, and
+    the repository never exists (nothing pushed, not even a staging tag)."""
+    found = find_engine()
+    if found.has("oci-media-types"):
+        pytest.skip("the current engine has OCI media types (IMAGEBUILD_ENGINE=docker20 runs this)")
+    repo = unique("e2e-oci-refused")
+    run = imagebuild("publish", "local-cpu", "--platform", "linux/amd64", "--oci", "--registry", f"{registry}/{repo}")
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert run.returncode == 2 and len(errors) == 1, run.output[-2000:]
+    assert "OCI media types on push" in errors[0] and "Docker 26.1 with the containerd image store" in errors[0]
+    tags = requests.get(f"http://{registry}/v2/{repo}/tags/list", timeout=10)
+    assert tags.status_code == 404, tags.text  # NAME_UNKNOWN: no push reached the registry

@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import skopeo
 from e2e_helpers import _unavailable, imagebuild, unique
 
+from imagebuild.engine.docker import find_engine
 from imagebuild.engine.registry import Registry, RepoRef
-from imagebuild.release.ociindex import read_index
+from imagebuild.release.ociindex import DOCKER_LIST, OCI_INDEX, read_index
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
 
@@ -85,9 +87,16 @@ def test_index_published_signed_verified_and_promoted(
     children = read_index(reg, repo.repo, "v1")
     assert children == published["platforms"] and sorted(children) == sorted(smoked)
     assert reg.digest(repo.repo, "v1") == published["digest"]
+    # An independent client (skopeo) reads the same index: its media type and each child's (OCI on the current
+    # engine, Docker's on 20.10), each child's platform and digest; the publish report recorded what it read back.
+    index_type = OCI_INDEX if find_engine().has("oci-media-types") else DOCKER_LIST
+    assert skopeo.published_as_read(str(repo), "v1", index_type) == children
+    assert published["media_type"] == index_type and published["attestations"] == []
+    assert published["platform_media_types"] == dict.fromkeys(children, skopeo.MANIFEST_OF[index_type])
     for platform, digest in children.items():
         image_id, config = reg.config(repo.repo, digest)
-        assert image_id == smoked[platform] and f"{config['os']}/{config['architecture']}" == platform
+        # the ID smoke recorded: the config digest (20.10) or the manifest digest (containerd image store)
+        assert smoked[platform] in (image_id, digest) and f"{config['os']}/{config['architecture']}" == platform
         child = json.loads((out.parent / platform.replace("/", "-") / "publish-report.json").read_text())
         assert child["digest"] == digest and child["ok"], child
         attached = json.loads((out.parent / platform.replace("/", "-") / "signing.json").read_text())["attached"]
