@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from pathlib import Path
 
 import click
 
 from imagebuild.errors import ImagebuildError
+
+EXIT_INTERRUPTED = 130  # SIGINT (docs/contracts.md, exit codes)
 
 # Each module under imagebuild/commands/ owns one command (group) and exposes it as `command`.
 COMMAND_MODULES = [
@@ -52,6 +55,14 @@ class ErrorMappingGroup(click.Group):
                 raise
             click.echo(f"error: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except (KeyboardInterrupt, click.exceptions.Abort):  # SIGINT: 128 + 2, as a shell says, never 1 ("a
+            # check found a difference"); the `finally` blocks below the command (containers, temp files) ran
+            click.echo("error: interrupted", err=True)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            # not sys.exit: a worker thread still blocked on an engine that never answers would be joined at
+            # exit (concurrent.futures), so the process would outlive the interrupt by the engine's deadline
+            os._exit(EXIT_INTERRUPTED)
         except (OSError, UnicodeError, ValueError) as exc:  # a file that cannot be written or read, or bytes that
             # are not the text / JSON a command expects: one line, exit 2 (commands/common.py says which)
             from imagebuild.commands.common import one_line

@@ -6,6 +6,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -15,6 +16,7 @@ import click
 
 from imagebuild.errors import ConfigError
 from imagebuild.matrix import Matrix, load_matrix
+from imagecontract.atomic import check_output
 
 if TYPE_CHECKING:
     from imagebuild.plan.target_plan import TargetPlan
@@ -54,6 +56,7 @@ def write_all(files: Mapping[Path, str]) -> set[Path]:
     try:
         for path, text in changed.items():
             try:
+                check_output(path)  # the one writer rule: a device, FIFO or folder there is refused
                 _no_file_above(path)
                 for parent in reversed([path.parent, *path.parent.parents]):
                     if not parent.exists():
@@ -90,6 +93,25 @@ def _differs(path: Path, text: str) -> bool:
         return True
 
 
+_PLATFORM = re.compile(r"[a-z0-9]+/[a-z0-9]+(?:/[a-z0-9]+)?", re.ASCII)
+
+
+def platform_option(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    """click callback for a repeatable `--platform`: an empty value (an unset CI variable; it used to mean
+    linux/amd64 alone), a value that is not OS/ARCH[/VARIANT], or one given twice is a usage error (exit 2),
+    refused at parse time before any work. Which platforms a target has is the plan's to check."""
+    seen: set[str] = set()
+    for item in value:
+        if not item.strip():
+            raise ConfigError("--platform is empty (an unset variable?): give OS/ARCH such as linux/arm64")
+        if not _PLATFORM.fullmatch(item):
+            raise ConfigError(f"--platform {item[:60]!r} is not OS/ARCH[/VARIANT] such as linux/arm64")
+        if item in seen:
+            raise ConfigError(f"--platform {item} given twice")
+        seen.add(item)
+    return value
+
+
 MAX_ERROR = 300  # characters of an error line: a hostile input is quoted, never copied whole
 
 
@@ -116,6 +138,7 @@ def check_writable(path: Path) -> None:
     try:
         if path.is_dir():
             raise OSError(errno.EISDIR, "is a directory, not a file", str(path))
+        check_output(path)
         _no_file_above(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)

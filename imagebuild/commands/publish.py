@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from imagebuild.commands import publish_index as index
-from imagebuild.commands.common import check_writable, one_line, warn
+from imagebuild.commands.common import check_writable, one_line, platform_option, warn
 from imagebuild.engine.reference import image_or_dash_argument
 from imagebuild.engine.registry import Registry, RepoRef
 from imagebuild.errors import ConfigError, ImagebuildError, PublishFailed
@@ -105,6 +105,7 @@ def _lock_gate(images: list[tuple[str, Any]], allow_unlocked: bool) -> dict[str,
     "--platform",
     "platforms",
     multiple=True,
+    callback=platform_option,
     help="TARGET: publish only these OCI platforms (one: that image alone; default: all, as one index).",
 )
 @click.option(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from imagebuild.commands.common import echo_plans, matrix_from, warn, write_all
+from imagebuild.commands.common import echo_plans, matrix_from, platform_option, warn, write_all
 from imagebuild.errors import CheckFailed, ConfigError
 from imagebuild.matrix import Matrix, Target
 from imagebuild.plan.target_plan import TargetPlan, oci_platforms, on_oci, plan_for
@@ -34,6 +34,7 @@ from imagebuild.render import dockerfile as render
     "--platform",
     "platforms",
     multiple=True,
+    callback=platform_option,
     help="OCI platform to render (linux/arm64; repeatable); default: every one the target lists.",
 )
 @click.pass_context

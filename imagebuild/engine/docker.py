@@ -16,13 +16,16 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from imagebuild.engine.features import CONTAINERD_STORE, EngineFacts, vendored_buildkit
+from imagebuild.envvars import env_seconds
 from imagebuild.errors import ConfigError
 from imagebuild.plan.imageref import ImageRef, local_tag, read_record
 
@@ -94,10 +97,7 @@ def _candidates() -> list[str]:
 
 def engine_timeout() -> float:
     """Seconds an engine gets to answer a question (not a build): an address that never answers ends here."""
-    try:
-        return max(0.1, float(os.environ.get("IMAGEBUILD_ENGINE_TIMEOUT", "30")))
-    except ValueError:
-        raise ConfigError("IMAGEBUILD_ENGINE_TIMEOUT must be a number of seconds") from None
+    return env_seconds("IMAGEBUILD_ENGINE_TIMEOUT", 30)
 
 
 def _run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -133,12 +133,25 @@ def image_store(driver: str, driver_status: str) -> str:
     return CONTAINERD_STORE if "io.containerd.snapshotter" in driver_status else driver.strip()
 
 
+@contextmanager
+def _pool(workers: int) -> Iterator[ThreadPoolExecutor]:
+    """A thread pool that, when its block is left by an exception (SIGINT's KeyboardInterrupt), is not joined:
+    a worker blocked on an engine that never answers would otherwise hold the interrupt for the deadline."""
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
+        yield pool
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
 def _probe(client: str, buildx_possible: bool) -> Engine | str:
     """An Engine for this client, or the reason it cannot build with BuildKit.
 
     The version and the image store are asked concurrently (two client processes); buildx is asked only when a
     plugin file exists."""
-    with ThreadPoolExecutor(max_workers=3) as pool:
+    with _pool(3) as pool:
         asked = pool.submit(_run, [client, "version", "--format", "{{.Client.Version}}|{{.Server.Version}}"])
         info = pool.submit(_run, [client, "info", "--format", "{{.Driver}}|{{json .DriverStatus}}"])
         buildx = pool.submit(_run, [client, "buildx", "version"]) if buildx_possible else None
@@ -173,7 +186,7 @@ def find_engine() -> Engine:
     """
     candidates = _candidates()
     buildx_possible = _buildx_plugin_exists()
-    with ThreadPoolExecutor(max_workers=max(1, len(candidates))) as pool:
+    with _pool(max(1, len(candidates))) as pool:
         outcomes = list(pool.map(lambda client: _probe(client, buildx_possible), candidates))
     engines = [outcome for outcome in outcomes if isinstance(outcome, Engine)]
     if engines:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import requests
 
+from imagebuild.envvars import env_seconds
 from imagebuild.errors import ConfigError
 
 MANIFEST_TYPES = (
@@ -30,10 +31,7 @@ TIMEOUT = 30  # seconds between two reads
 
 def deadline() -> float:
     """Seconds one registry request may take in all (IMAGEBUILD_REGISTRY_DEADLINE, default 300)."""
-    try:
-        return max(0.1, float(os.environ.get("IMAGEBUILD_REGISTRY_DEADLINE", "300")))
-    except ValueError:
-        return 300.0
+    return env_seconds("IMAGEBUILD_REGISTRY_DEADLINE", 300)
 
 
 class RegistryError(Exception):
