@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from imagebuild.build.secrets import Secrets
 from imagebuild.engine.docker import Engine
@@ -77,6 +77,7 @@ class TargetResult:
     dockerfile: str
     command: list[str]
     coverage: str | None = None  # arch coverage: the document written, or why the image was not scanned
+    size: dict[str, Any] | None = None  # unpacked (and compressed) bytes, largest layers, budget (sizes.py)
 
 
 def command(spec: BuildSpec, engine: Engine) -> list[str]:

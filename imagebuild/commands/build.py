@@ -21,6 +21,7 @@ from imagebuild.build.buildkit import (
     command as build_argv,
 )
 from imagebuild.build.secrets import Secrets, check_secret_flags, collect_secrets
+from imagebuild.build.sizes import add_sizes
 from imagebuild.build.specs import PlanOptions, plan
 from imagebuild.commands.common import echo_plans, warn
 from imagebuild.engine.docker import Engine, find_engine
@@ -169,6 +170,8 @@ def command(  # noqa: PLR0913
         for line in add_coverage(engine, results, matrix.path, report):  # arch-coverage.json; a gap: exit 3
             warn(line)  # an image without python3: not scanned, said here and in the report
         add_sboms(engine, results, matrix.path, report)  # the SBOM layer: /opt/imagebuild/sbom.json (issue 16)
+        # size and budget (matrix size_budgets): the largest layers with their steps; over budget: exit 3
+        add_sizes(specs, results, matrix.model.size_budgets, {t.name for t in matrix.targets})
         write_report(report, engine, results, matrix.path.resolve().parent)
         click.echo(f"build report: {report}")
         raise_on_failure(results, report)

@@ -246,6 +246,17 @@ class TargetGroup(Strict):
     )
 
 
+class SizeBudget(Strict):
+    """What one target's image may weigh; a build over it fails (exit 3) naming its largest layers and their steps."""
+
+    unpacked_mb: int = Field(ge=1, description="Unpacked size (the engine's image size), in MB (10^6 bytes).")
+    compressed_mb: int | None = Field(
+        default=None,
+        ge=1,
+        description="gzip of its layers (what a registry push stores), in MB; measured only when set (a full save).",
+    )
+
+
 class MatrixModel(Strict):
     schema_version: Literal[1] = Field(description="Version of this file's format (1).")
     settings: Settings = Field(default=Settings(), description="Matrix-wide switches.")
@@ -261,4 +272,8 @@ class MatrixModel(Strict):
     oci_platforms: dict[OciPlatform, OciRules] = Field(
         default={},
         description="Per OCI platform other than linux/amd64: what exists there and what differs.",
+    )
+    size_budgets: dict[TargetName, SizeBudget] = Field(
+        default={},
+        description="Per target name: the size its image may have on every OCI platform (the build fails over it).",
     )

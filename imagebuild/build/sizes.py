@@ -1,0 +1,117 @@
+"""Image size per build: the largest layers with the Dockerfile step that made each, and the target's budget.
+
+`matrix.yaml` `size_budgets.<target>` gives what an image of the target may weigh unpacked (the engine's size) and,
+optionally, compressed (gzip of its layers as `docker save` streams them, what a registry push stores at the
+default level). A build over either fails (exit 3) naming the largest layers and their steps. Read through the
+docker SDK (image history and save), never a subprocess.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from typing import Any
+
+from imagebuild.errors import ConfigError
+
+MB = 1_000_000
+LARGEST = 5
+STEP_CHARS = 160
+
+
+def dockerfile_steps(text: str) -> list[tuple[str, str]]:
+    """(stage, RUN command with its --mount flags dropped, whitespace collapsed) of every RUN of a Dockerfile."""
+    steps, stage = [], "?"
+    joined = re.sub(r"\\\n", " ", text)
+    for line in joined.splitlines():
+        words = line.split()
+        if len(words) >= 4 and words[0] == "FROM" and words[-2].upper() == "AS":
+            stage = words[-1]
+        elif words and words[0] == "RUN":
+            body = " ".join(w for w in words[1:] if not w.startswith("--mount="))
+            steps.append((stage, body))
+    return steps
+
+
+def layers(client: Any, image_id: str, dockerfile: str = "") -> list[dict[str, Any]]:
+    """The image's layers, largest first: bytes and the step that made each, named `<stage>: <command's end>` when
+    the Dockerfile's RUN is found in it (BuildKit records the command without its --mount flags)."""
+    known = dockerfile_steps(dockerfile)
+    rows = []
+    for row in client.api.history(image_id):
+        size = int(row.get("Size") or 0)
+        if size <= 0:
+            continue
+        made = " ".join(str(row.get("CreatedBy") or "").split()).removesuffix("# buildkit").strip()
+        stage = next((name for name, body in known if body and body in made), None)
+        step = (
+            f"{stage}: RUN ...{made[-STEP_CHARS:]}"
+            if stage and len(made) > STEP_CHARS
+            else (made[:STEP_CHARS] or "(the base image)")
+        )
+        rows.append({"bytes": size, "step": step if not stage or step.startswith(stage) else f"{stage}: {step}"})
+    return sorted(rows, key=lambda r: -r["bytes"])
+
+
+def compressed_bytes(client: Any, image_id: str) -> int:
+    """gzip (level 6) of the image as `docker save` streams it: an estimate of what a registry push stores."""
+    packer = zlib.compressobj(6, zlib.DEFLATED, 31)
+    total = 0
+    for chunk in client.images.get(image_id).save(chunk_size=1 << 20):
+        total += len(packer.compress(chunk))
+    return total + len(packer.flush())
+
+
+def measure(client: Any, image_id: str, budget: Any | None, dockerfile: str = "") -> dict[str, Any]:
+    """The size record of one image (the build report's `size`); compressed only when budgeted (a full save)."""
+    unpacked = int(client.images.get(image_id).attrs.get("Size") or 0)
+    top = layers(client, image_id, dockerfile)[:LARGEST]
+    record: dict[str, Any] = {"unpacked_bytes": unpacked, "largest_layers": top}
+    if budget is not None:
+        record["budget"] = {"unpacked_mb": budget.unpacked_mb, "compressed_mb": budget.compressed_mb}
+        if budget.compressed_mb is not None:
+            record["compressed_bytes"] = compressed_bytes(client, image_id)
+    return record
+
+
+def over_budget(record: dict[str, Any]) -> str | None:
+    """Why the image is over its budget (naming the largest layers and their steps), or None."""
+    budget = record.get("budget")
+    if not budget:
+        return None
+    over = []
+    if record["unpacked_bytes"] > budget["unpacked_mb"] * MB:
+        over.append(f"unpacked {record['unpacked_bytes'] / MB:.0f} MB > {budget['unpacked_mb']} MB")
+    if budget.get("compressed_mb") and record.get("compressed_bytes", 0) > budget["compressed_mb"] * MB:
+        over.append(f"compressed {record['compressed_bytes'] / MB:.0f} MB > {budget['compressed_mb']} MB")
+    if not over:
+        return None
+    top = "; ".join(f"{r['bytes'] / MB:.0f} MB from `{r['step'][:100]}`" for r in record["largest_layers"][:3])
+    return f"size budget: {', '.join(over)}; largest layers: {top}"
+
+
+def budget_for(budgets: dict[str, Any], target: str, known: set[str]) -> Any | None:
+    unknown = sorted(set(budgets) - known)
+    if unknown:
+        raise ConfigError(f"size_budgets.{unknown[0]}: no such target", hint=f"targets: {', '.join(sorted(known))}")
+    return budgets.get(target)
+
+
+def add_sizes(specs: list[Any], results: list[Any], budgets: dict[str, Any], known: set[str]) -> None:
+    """Each built image's size record on its result; one over its budget becomes a failed build (exit 3)."""
+    todo = [(spec, result) for spec, result in zip(specs, results, strict=True) if result.ok and result.image_id]
+    if not todo:
+        return
+    from imagebuild.engine.docker import docker_client
+
+    client = docker_client()
+    for spec, result in todo:
+        name = spec.plan.target.name if spec.plan is not None else result.target
+        try:
+            text = spec.dockerfile.read_text(encoding="utf-8")
+        except OSError:
+            text = ""
+        result.size = measure(client, result.image_id, budget_for(budgets, name, known), text)
+        reason = over_budget(result.size)
+        if reason:
+            result.ok, result.failed_step = False, reason
