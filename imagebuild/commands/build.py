@@ -23,7 +23,7 @@ from imagebuild.build.buildkit import (
 from imagebuild.build.secrets import Secrets, check_secret_flags, collect_secrets
 from imagebuild.build.sizes import add_sizes
 from imagebuild.build.specs import PlanOptions, plan
-from imagebuild.commands.common import echo_plans, warn
+from imagebuild.commands.common import echo_plans, platform_option, warn
 from imagebuild.engine.docker import Engine, find_engine
 from imagebuild.prove.coverage import add_coverage
 from imagebuild.release.sbom_image import add_sboms
@@ -112,6 +112,7 @@ class RichProgress(PlainProgress):
     "--platform",
     "platforms",
     multiple=True,
+    callback=platform_option,
     help="OCI platform to build (linux/arm64; repeatable); default: every one the target lists.",
 )
 @click.option("--tag", "tags", multiple=True, help="Extra tag; may contain {target}.")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from imagebuild.matrix.fields import (
     AbsPath,
@@ -244,6 +244,14 @@ class TargetGroup(Strict):
         min_length=1,
         description="OCI (CPU) platforms each target is built for; one tag is an index of them all.",
     )
+
+    @field_validator("oci_platforms")
+    @classmethod
+    def _platforms_once(cls, value: list[str]) -> list[str]:
+        twice = sorted({p for p in value if value.count(p) > 1})
+        if twice:  # it was built twice, and the index would hold two children for one platform
+            raise ValueError(f"{', '.join(twice)} listed more than once")
+        return value
 
 
 class SizeBudget(Strict):
