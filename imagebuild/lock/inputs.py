@@ -103,120 +103,76 @@ def _where_base(target: Target) -> str:
 def _inputs_of(matrix: Matrix, target: Target) -> list[Input]:
     oci = target.oci_platform
     platform = target.platform
-    py = platform.python_version
-    plat = uv_platform(oci)
     prefix = f"{target.name}@{oci}"
-    items: list[Input] = [
-        _image(platform.base_image, oci, _where_base(target)),
-    ]
+    items: list[Input] = [_image(platform.base_image, oci, _where_base(target))]
     if is_local_image(platform.base_image) and "debian" in platform.base_image:
         items.append(_debian(platform.base_image, oci, _where_base(target)))
     base_key = f"pip:{prefix}:base"
-    items.append(
-        _pip(
-            base_key,
-            platform.pip_packages,
-            py,
-            plat,
-            f"{prefix} stage base: pip install (platforms.{target.platform_name}.pip_packages)",
-        )
-    )
-    build = target.torch_build
-    kind = platform.kind
-    torch_where = f"torch.{target.torch_key}.builds.{kind}"
-    torch_key = f"pip:{prefix}:torch"
-    if build.obtain == "wheel":
-        version = target.torch.version + (f"+{build.local_version}" if build.local_version else "")
-        items.append(
-            _pip(
-                torch_key,
-                [f"torch=={version}"],
-                py,
-                plat,
-                f"{prefix} stage torch: {torch_where} (torch {version} and its requirements)",
-                index_url=build.index_url,
-                find_links=build.find_links,
-            )
-        )
-    else:
-        assert build.source is not None
-        items.append(_git(build.source, f"{torch_where}.source"))
-        items.append(
-            _pip(
-                torch_key,
-                list(build.build_requires),
-                py,
-                plat,
-                f"{prefix} stage torch-build: {torch_where}.build_requires and the torch source's requirements.txt",
-                after=[base_key],
-                from_source={"git": build.source.git, "commit": build.source.commit, "file": "requirements.txt"},
-            )
-        )
-        for companion in build.companions:
-            items.append(
-                _pip(
-                    f"pip:{prefix}:torch:{companion.name}",
-                    [f"{companion.name}=={companion.version}"],
-                    py,
-                    plat,
-                    f"{prefix} stage torch: {torch_where}.companions.{companion.name} (--no-deps)",
-                    index_url=companion.index_url,
-                    no_deps=True,
-                )
-            )
+    where = f"{prefix} stage base: pip install (platforms.{target.platform_name}.pip_packages)"
+    items.append(_pip(base_key, platform.pip_packages, platform.python_version, uv_platform(oci), where))
+    items += _torch_inputs(target, prefix, base_key)
     for name, component in target.components:
         if component.source.git:
             items.append(_git(component.source, f"components.{name}.source"))
         if component.build_requires:
-            items.append(
-                _pip(
-                    f"pip:{prefix}:component-{name}",
-                    list(component.build_requires),
-                    py,
-                    plat,
-                    f"{prefix} stage component-{name}: components.{name}.build_requires",
-                    after=[base_key],
-                )
-            )
-    runtime = target.runtime
-    rname = target.runtime_name
-    if isinstance(runtime, TgiRuntime):
-        items.append(_image(runtime.builder_image, BASELINE, f"runtimes.{rname}.builder_image"))
-        items.append(_git(runtime.source, f"runtimes.{rname}.source"))
-        server = runtime.server.get(kind)
-        source = {"git": runtime.source.git, "commit": runtime.source.commit}
-        items.append(
-            _pip(
-                f"pip:{prefix}:runtime-server:gen-server",
-                [],
-                py,
-                plat,
-                f"{prefix} stage runtime-server: make gen-server's pip install (the runtime's server/Makefile)",
-                after=[base_key],
-                from_source={**source, "file": "server/Makefile", "make_target": "gen-server"},
-            )
+            where = f"{prefix} stage component-{name}: components.{name}.build_requires"
+            reqs = list(component.build_requires)
+            key = f"pip:{prefix}:component-{name}"
+            items.append(_pip(key, reqs, platform.python_version, uv_platform(oci), where, after=[base_key]))
+    return items + _runtime_inputs(matrix, target, prefix, base_key)
+
+
+def _torch_inputs(target: Target, prefix: str, base_key: str) -> list[Input]:
+    """The torch stage's pip installs (a wheel and its requirements; or a source build's requirements and its
+    companions) and the torch source."""
+    build, py, plat = target.torch_build, target.platform.python_version, uv_platform(target.oci_platform)
+    torch_where = f"torch.{target.torch_key}.builds.{target.platform.kind}"
+    torch_key = f"pip:{prefix}:torch"
+    if build.obtain == "wheel":
+        version = target.torch.version + (f"+{build.local_version}" if build.local_version else "")
+        where = f"{prefix} stage torch: {torch_where} (torch {version} and its requirements)"
+        reqs = [f"torch=={version}"]
+        return [_pip(torch_key, reqs, py, plat, where, index_url=build.index_url, find_links=build.find_links)]
+    assert build.source is not None
+    where = f"{prefix} stage torch-build: {torch_where}.build_requires and the torch source's requirements.txt"
+    source = {"git": build.source.git, "commit": build.source.commit, "file": "requirements.txt"}
+    items = [
+        _git(build.source, f"{torch_where}.source"),
+        _pip(torch_key, list(build.build_requires), py, plat, where, after=[base_key], from_source=source),
+    ]
+    for companion in build.companions:
+        where = f"{prefix} stage torch: {torch_where}.companions.{companion.name} (--no-deps)"
+        reqs = [f"{companion.name}=={companion.version}"]
+        key = f"pip:{prefix}:torch:{companion.name}"
+        items.append(_pip(key, reqs, py, plat, where, index_url=companion.index_url, no_deps=True))
+    return items
+
+
+def _runtime_inputs(matrix: Matrix, target: Target, prefix: str, base_key: str) -> list[Input]:
+    """TGI: its builder image, source and the server's pip installs; a pip runtime: its requirements file."""
+    runtime, rname, oci = target.runtime, target.runtime_name, target.oci_platform
+    py, plat, kind = target.platform.python_version, uv_platform(oci), target.platform.kind
+    if isinstance(runtime, PipRuntime):
+        return [_file(matrix, runtime.requirements, f"runtimes.{rname}.requirements ({oci})")]
+    if not isinstance(runtime, TgiRuntime):
+        return []
+    source = {"git": runtime.source.git, "commit": runtime.source.commit}
+    where = f"{prefix} stage runtime-server: make gen-server's pip install (the runtime's server/Makefile)"
+    gen = {**source, "file": "server/Makefile", "make_target": "gen-server"}
+    items = [
+        _image(runtime.builder_image, BASELINE, f"runtimes.{rname}.builder_image"),
+        _git(runtime.source, f"runtimes.{rname}.source"),
+        _pip(f"pip:{prefix}:runtime-server:gen-server", [], py, plat, where, after=[base_key], from_source=gen),
+    ]
+    server = runtime.server.get(kind)
+    if server is not None:
+        where = (
+            f"{prefix} stage final: runtimes.{rname}.server.{kind} (server/{server.requirements}, "
+            f"extras {', '.join(server.extras)})"
         )
-        if server is not None:
-            items.append(
-                _pip(
-                    f"pip:{prefix}:runtime-server",
-                    [],
-                    py,
-                    plat,
-                    f"{prefix} stage final: runtimes.{rname}.server.{kind} (server/{server.requirements}, "
-                    f"extras {', '.join(server.extras)})",
-                    after=[base_key],
-                    torch=target.torch.version,
-                    from_source={
-                        **source,
-                        "file": f"server/{server.requirements}",
-                        "package": "server",
-                        "extras": list(server.extras),
-                    },
-                )
-            )
-    elif isinstance(runtime, PipRuntime):
-        items.append(_file(matrix, runtime.requirements, f"runtimes.{rname}.requirements ({oci})"))
+        files = {**source, "file": f"server/{server.requirements}", "package": "server", "extras": list(server.extras)}
+        key = f"pip:{prefix}:runtime-server"
+        items.append(_pip(key, [], py, plat, where, after=[base_key], torch=target.torch.version, from_source=files))
     return items
 
 

@@ -100,35 +100,31 @@ def resolve(
         plain.append(f"{package_dir}[{','.join(extras or [])}]" if extras else str(package_dir))
         # the package names its git dependencies itself: the same stand-ins override them
         overrides = sorted(set(overrides) | set(STAND_INS.values()))
-    exclude = {name_of(o) for o in overrides}
     if spec.get("torch"):
         constraints = [*constraints, f"torch=={spec['torch']}"]
+    lock = _compile(spec, plain, constraints, overrides, limit)
+    exclude = {name_of(o) for o in overrides} | ({_normal(package_dir.name)} if package_dir is not None else set())
+    packages = _packages(lock, exclude, bool(spec.get("torch")))
+    entry: dict[str, Any] = {"packages": packages, "requirements": requirements_text(packages)}
+    if vcs:
+        entry["vcs"] = vcs
+        entry["stand_ins"] = {r: STAND_INS[name_of(r)] for r in vcs}
+    return entry
+
+
+def _compile(
+    spec: dict[str, Any], plain: list[str], constraints: list[str], overrides: list[str], limit: float
+) -> dict[str, Any]:
+    """uv pip compile of the set for the spec's Python and platform; its PEP 751 document."""
     with tempfile.TemporaryDirectory(prefix="imagebuild-lock-pip-") as scratch:
         work = Path(scratch)
-        (work / "in.txt").write_text("\n".join(plain) + "\n", encoding="utf-8")
-        (work / "constraints.txt").write_text("\n".join(constraints) + "\n", encoding="utf-8")
-        (work / "overrides.txt").write_text("\n".join(overrides) + "\n", encoding="utf-8")
+        for name, lines in (("in.txt", plain), ("constraints.txt", constraints), ("overrides.txt", overrides)):
+            (work / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
         out = work / "pylock.toml"
-        cmd = [
-            "uv",
-            "pip",
-            "compile",
-            "--no-config",
-            "--quiet",
-            "--python-version",
-            spec["python"],
-            "--python-platform",
-            spec["platform"],
-            "--index-url",
-            spec["index_url"],
-            "-c",
-            str(work / "constraints.txt"),
-            "--override",
-            str(work / "overrides.txt"),
-            "-o",
-            str(out),
-            str(work / "in.txt"),
-        ]
+        cmd = ["uv", "pip", "compile", "--no-config", "--quiet", "--python-version", spec["python"]]
+        cmd += ["--python-platform", spec["platform"], "--index-url", spec["index_url"]]
+        cmd += ["-c", str(work / "constraints.txt"), "--override", str(work / "overrides.txt")]
+        cmd += ["-o", str(out), str(work / "in.txt")]
         if spec.get("find_links"):
             cmd[3:3] = ["--find-links", os.environ.get("PIP_FIND_LINKS", spec["find_links"])]
         if spec.get("no_deps"):
@@ -144,25 +140,22 @@ def resolve(
         if done.returncode != 0:
             err = " ".join(line.strip() for line in done.stderr.strip().splitlines() if line.strip())
             raise ResolveError(err[:MAX_OUTPUT] or f"uv exit {done.returncode}")
-        lock = tomllib.loads(out.read_text(encoding="utf-8"))
+        return tomllib.loads(out.read_text(encoding="utf-8"))
+
+
+def _packages(lock: dict[str, Any], exclude: set[str], after_torch: bool) -> list[dict[str, Any]]:
+    """Each package of uv's answer with its files, less the excluded ones, a local folder and (after the torch
+    stage) torch's own packages."""
     packages = []
-    local = {_normal(package_dir.name)} if package_dir is not None else set()
     for pkg in lock.get("packages", []):
         name = _normal(pkg["name"])
-        if name in exclude or "directory" in pkg or name in local:
-            continue
-        if spec.get("torch") and name.startswith(TORCH_OWNED_PREFIXES):
+        if name in exclude or "directory" in pkg or (after_torch and name.startswith(TORCH_OWNED_PREFIXES)):
             continue
         files = [_file(w) for w in pkg.get("wheels", [])] or ([_file(pkg["sdist"])] if "sdist" in pkg else [])
         if not files:
             raise ResolveError(f"{pkg['name']} {pkg.get('version')}: no file to hash in uv's answer")
         packages.append({"name": pkg["name"], "version": pkg["version"], "files": files})
-    packages.sort(key=lambda p: _normal(p["name"]))
-    entry: dict[str, Any] = {"packages": packages, "requirements": requirements_text(packages)}
-    if vcs:
-        entry["vcs"] = vcs
-        entry["stand_ins"] = {r: STAND_INS[name_of(r)] for r in vcs}
-    return entry
+    return sorted(packages, key=lambda p: _normal(p["name"]))
 
 
 def requirements_text(packages: list[dict[str, Any]]) -> list[str]:
