@@ -11,22 +11,9 @@ from pathlib import Path
 import click
 
 from imagebuild.commands.common import echo_json
-from imagebuild.engine.cosign import Verifier
 from imagebuild.engine.reference import image_argument
-from imagebuild.errors import CheckFailed, ConfigError
-
-
-def verifier_from(key: Path | None, identity: str | None, issuer: str | None) -> Verifier:
-    """A public key, or a keyless identity (regexp) with its OIDC issuer; exactly one of them."""
-    if key and (identity or issuer):
-        raise ConfigError("--key excludes --certificate-identity-regexp / --certificate-oidc-issuer")
-    if key:
-        if not key.is_file():
-            raise ConfigError(f"public key {key} not found")
-        return Verifier(key=key)
-    if identity and issuer:
-        return Verifier(identity_regexp=identity, oidc_issuer=issuer)
-    raise ConfigError("give --key PUB, or --certificate-identity-regexp and --certificate-oidc-issuer (keyless)")
+from imagebuild.errors import CheckFailed
+from imagebuild.release.signing import verifier_from as verifier_from  # commands/report.py reads it here
 
 
 @click.command("verify")

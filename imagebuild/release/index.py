@@ -11,16 +11,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from imagebuild.engine.registry import Registry, RepoRef
-from imagebuild.errors import PublishFailed
-from imagebuild.matrix.oci import slug
+from imagebuild.plan.image_key import ImageKey
 from imagebuild.release.ociindex import Child, assemble, platform_manifest, read_index, verify_index
 from imagebuild.release.publish import (
     PublishResult,
-    find_passing_report,
     publish_image,
     record_media_types,
     with_retries,
@@ -35,39 +32,18 @@ if TYPE_CHECKING:
 
 @dataclass
 class PlatformImage:
-    """One platform's local image of the target and the smoke report that lets it be published."""
+    """One platform's local image of the target (its passing smoke report: release/flows.py)."""
 
     platform: str  # linux/arm64
     name: str  # its local name: the target for the first platform, <target>-<os>-<arch> for the others
     image: Image
     ref: ImageRef
-    report: Path | None = None
 
 
 def local_name(target: str, platform: str, first: str) -> str:
-    """The name build records and tags a platform's image by (plan.TargetPlan.suffix)."""
-    return target if platform == first else f"{target}-{slug(platform)}"
-
-
-def smoke_dir(root: Path, target: str, platform: str, first: str) -> Path:
-    """build/smoke/<target>/ for the first platform (where tools read it), build/smoke/<target>/<os>-<arch>/ else."""
-    base = root / "build" / "smoke" / target
-    return base if platform == first else base / slug(platform)
-
-
-def gate(images: list[PlatformImage], reports: list[Path], allow_unsmoked: bool, warn: Callable[[str], None]) -> None:
-    """Each platform needs a passing smoke report for its own image ID; the first one without blocks the index."""
-    for item in images:
-        item.report = find_passing_report(item.ref.image_id, reports)
-        if item.report is not None:
-            continue
-        message = f"{item.platform} ({item.ref.image_id[:19]}) has no passing smoke report"
-        if not allow_unsmoked:
-            raise PublishFailed(
-                f"refusing to publish the {images[0].name} index: {message} ({len(reports)} report(s) looked at)",
-                hint=f"imagebuild smoke {images[0].name} --platform {item.platform}, or pass --allow-unsmoked",
-            )
-        warn(f"{message}: published anyway (--allow-unsmoked)")
+    """The name build records and tags a platform's image by (ImageKey.name of the matrix default)."""
+    platforms = (first,) if platform == first else (first, platform)
+    return ImageKey(target, platform, platforms).name
 
 
 def push_children(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import json
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,14 +22,14 @@ from imagebuild.engine.cosign import attest as cosign_attest
 from imagebuild.engine.registry import Registry, RegistryError, RepoRef
 from imagebuild.errors import ConfigError, PublishFailed
 from imagebuild.release import attest
-from imagebuild.release.publish import find_passing_report
 from imagebuild.release.sbom import IMAGE_PATH as SBOM_PATH
 from imagebuild.release.sbom import validate
 from imagecontract.atomic import write_atomic
-from imagecontract.models import SmokeReport
 
 if TYPE_CHECKING:
     import docker
+
+    from imagebuild.release.gate import Passed
 
 MANIFEST_PATH = "/opt/imagebuild/manifest.json"
 
@@ -49,6 +49,19 @@ def signer_from(key: Path | None, password_file: Path | None, keyless: bool) -> 
     if password_file is None:
         raise ConfigError("--sign-key needs --key-password-file FILE (or - for stdin)", hint="never an argument")
     return Signer(key=key, password=read_password(password_file))
+
+
+def verifier_from(key: Path | None, identity: str | None, issuer: str | None) -> Verifier:
+    """A public key, or a keyless identity (regexp) with its OIDC issuer; exactly one of them."""
+    if key and (identity or issuer):
+        raise ConfigError("--key excludes --certificate-identity-regexp / --certificate-oidc-issuer")
+    if key:
+        if not key.is_file():
+            raise ConfigError(f"public key {key} not found")
+        return Verifier(key=key)
+    if identity and issuer:
+        return Verifier(identity_regexp=identity, oidc_issuer=issuer)
+    raise ConfigError("give --key PUB, or --certificate-identity-regexp and --certificate-oidc-issuer (keyless)")
 
 
 def read_image_file(client: docker.DockerClient, image_id: str, path: str) -> bytes | None:
@@ -76,14 +89,9 @@ def _write(out_dir: Path, name: str, predicate_type: str, ref: str, digest: str,
     return path
 
 
-def _smoke(image_id: str, reports: list[Path]) -> list[tuple[str, dict[str, Any]]]:
-    """(arch, report) for each given report that passed for exactly this image ID."""
-    out = []
-    for path in reports:
-        if find_passing_report(image_id, [path]) is not None:
-            report = json.loads(path.read_text(encoding="utf-8"))
-            out.append((SmokeReport.from_dict(report).arch or "cpu", report))  # it fits: find_passing_report said so
-    return out
+def _smoke(passed: Sequence[Passed]) -> list[tuple[str, dict[str, Any]]]:
+    """(arch, report) for each smoke report the gate let through for this image."""
+    return [(p.arch, p.report.to_dict()) for p in passed]
 
 
 def _attach(
@@ -109,7 +117,7 @@ def sign_published(
     image_id: str,
     repo: RepoRef,
     digest: str,
-    reports: list[Path],
+    passed: Sequence[Passed],
     signer: Signer,
     context: dict[str, Any],
     out_dir: Path,
@@ -139,7 +147,7 @@ def sign_published(
             _write(out_dir, "provenance", attest.PROVENANCE_TYPE, name, digest, prov),
         )
     )
-    for arch, report in _smoke(image_id, reports):
+    for arch, report in _smoke(passed):
         path = _write(out_dir, f"smoke-{arch.replace(':', '_')}", attest.SMOKE_TYPE, name, digest, report)
         items.append((f"smoke {arch}", attest.SMOKE_TYPE, path))
     return _attach(repo, digest, items, signer, log)
@@ -154,8 +162,7 @@ def sign_promoted(
     src: RepoRef,
     dest: RepoRef,
     digest: str,
-    image_id: str,
-    reports: list[Path],
+    passed: Sequence[Passed],
     signer: Signer,
     out_dir: Path,
     log: Callable[[str], None],
@@ -171,7 +178,7 @@ def sign_promoted(
     except RegistryError as exc:
         raise PublishFailed(f"copying the attestations of {src}@{digest} failed: {exc}") from exc
     items = []
-    for arch, report in _smoke(image_id, reports):
+    for arch, report in _smoke(passed):
         path = _write(out_dir, f"smoke-{arch.replace(':', '_')}", attest.SMOKE_TYPE, str(dest), digest, report)
         items.append((f"smoke {arch}", attest.SMOKE_TYPE, path))
     return _attach(dest, digest, items, signer, log)
