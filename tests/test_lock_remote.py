@@ -117,12 +117,15 @@ class TokenRegistry:
                 time.sleep(0.1)
         raise RuntimeError(f"token registry did not start: {(root / 'registry.log').read_text()[-500:]}")
 
-    def push(self, repo: str, tag: str, arch: str) -> str:
-        """A one-layer image for linux/<arch> under tag; returns the manifest digest."""
+    def push(self, repo: str, tag: str, arch: str, labels: dict[str, str] | None = None) -> str:
+        """A one-layer image for linux/<arch> under tag (config labels as given); returns the manifest digest."""
         auth = {"Authorization": f"Bearer {self.tokens.token(f'repository:{repo}:pull,push')}"}
         base = f"http://{self.addr}/v2/{repo}"
         blobs = []
-        config = json.dumps({"architecture": arch, "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}})
+        config = json.dumps(
+            {"architecture": arch, "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}
+            | ({"config": {"Labels": labels}} if labels else {})
+        )
         for data in (config.encode(), os.urandom(64)):
             digest = "sha256:" + hashlib.sha256(data).hexdigest()
             start = requests.post(f"{base}/blobs/uploads/", headers=auth, timeout=10)
@@ -393,3 +396,20 @@ def test_debian_suite_ok_then_changed_at_a_point_release(tmp_path: Path, silent_
         assert "got 12.16 of Sat, 12 Sep 2026" in moved["detail"]
     finally:
         httpd.shutdown()
+
+
+def test_promote_refuses_a_staged_image_built_from_unlocked_inputs(
+    token_registry: TokenRegistry, cli, tmp_path: Path
+) -> None:
+    """CI publishes with --promote STAGING@digest: the lock gate reads the staged config's labels (exit 5)."""
+    record = json.dumps({"sha256": "ab", "unlocked": ["image:rust:1.78.0-bookworm"]})
+    labels = {"io.imagebuild.target": "local-cpu", "io.imagebuild.lock": record}
+    digest = token_registry.push("h23/staged", "s1", "amd64", labels)
+    out = tmp_path / "publish-report.json"
+    args = ("publish", "--promote", f"{token_registry.addr}/h23/staged@{digest}", "--allow-unsmoked")
+    refused = cli(*args, "--registry", f"{token_registry.addr}/h23/public", "--out", str(out))
+    assert refused.exit_code == 5 and refused.exception is None, refused.stderr
+    assert "built from 1 unlocked input(s): image:rust:1.78.0-bookworm" in refused.stderr
+    auth = {"Authorization": f"Bearer {token_registry.tokens.token('repository:h23/public:pull')}"}
+    public = requests.get(f"http://{token_registry.addr}/v2/h23/public/tags/list", headers=auth, timeout=5)
+    assert public.status_code == 404  # nothing was copied: the public repository does not exist

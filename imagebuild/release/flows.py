@@ -229,6 +229,7 @@ def promote_one(job: Job, source: str) -> None:
     with job.recorded(result, out):
         signing.before_promote(job.signing, source)
         passed = gate(job, result, smoked)
+        result.lock = lock_gate(job, [(source, _Labelled(_labels(config)))])[source]
         check_promises([_labels(config)], wanted, index=False)
         result.digest, result.refs = promote(source, job.dest, wanted, job.log, sign if job.signing.wanted else None)
         result.staging_ref = source
@@ -282,6 +283,7 @@ def promote_index(job: Job, source: str, staged_here: bool = False) -> bool:
                     hint="pass its --report, or --allow-unsmoked",
                 )
         result.smoke_report = ", ".join(str(r.path) for r in passing.values() if r)
+        lock_gate(job, [(f"{src}@{found[p]}", _Labelled(_labels(config))) for p, (_, config) in configs.items()])
         check_promises([_labels(config) for _, config in configs.values()], tags, index=True)
         result.digest, result.refs = promote(source, job.dest, tags, job.log, sign if job.signing.wanted else None)
         result.staging_ref, result.digest_ref = source, f"{job.dest}@{result.digest}"
@@ -306,6 +308,13 @@ def stage_index(refs: Sequence[str], log: Log) -> str:
     digest = with_retries(f"writing the index to {src}", lambda: assemble(registry, src.repo, tag, children))
     log(f"staged index {src}@{digest} ({', '.join(c.platform for c in children)})")
     return f"{src}@{digest}"
+
+
+class _Labelled:
+    """A staged image's labels where lock_gate expects an engine image (its `.labels`)."""
+
+    def __init__(self, labels: dict[str, object]) -> None:
+        self.labels = {str(k): str(v) for k, v in labels.items()}
 
 
 def _labels(config: object) -> dict[str, object]:
