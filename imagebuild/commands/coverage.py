@@ -1,5 +1,6 @@
 """`imagebuild coverage IMAGE [--json] [--arch LIST]`: library x arch table of any image; exit 1 on a gap the matrix
-does not allow."""
+does not allow. The scanner runs in the image (its python3); an image without python3 is exported and scanned from
+the host (imagebuild/prove/host_scan.py); a `coverage: scanned ...` line on stderr says which."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import click
 
 from imagebuild.engine.reference import image_argument
 from imagebuild.errors import CheckFailed, ConfigError
-from imagebuild.prove.coverage import CoverageError, distributions_of, judge, scan_image
+from imagebuild.prove.coverage import CoverageError, NoPython, distributions_of, judge, scan_image
+from imagebuild.prove.host_scan import FROM_HOST, IN_IMAGE, scan_from_host
 from imagecontract.models.coverage import ArchCoverage
 
 MARK = {"present": "yes", "partial": "part", "compatible": "compat", "ptx": "ptx", "absent": "-"}
@@ -48,12 +50,17 @@ def command(obj: dict[str, object], image: str, as_json: bool, arch: str | None)
     matrix_path = Path(str(obj["matrix_path"]))
     root = matrix_path.resolve().parent if matrix_path.exists() else Path.cwd()
     _, found, ref = resolve_image(docker_client(), image, target_names(matrix_path), root)
+    engine = find_engine()
+    method = IN_IMAGE
     try:
-        raw = scan_image(find_engine(), str(found.id), arch)
+        try:
+            raw = scan_image(engine, str(found.id), arch)
+        except NoPython:
+            method = FROM_HOST
+            raw = scan_from_host(engine, str(found.id), arch)
     except CoverageError as exc:
-        raise ConfigError(
-            f"cannot scan {image}: {exc}", hint="the scanner needs python3 (3.10+) in the image"
-        ) from None
+        raise ConfigError(f"cannot scan {image}: {exc}") from None
+    click.echo(f"coverage: scanned {method}", err=True)
     doc = judge(raw, distributions_of(matrix_path), ref.target)
     click.echo(json.dumps(doc.to_dict(), indent=1) if as_json else "\n".join(render_table(doc)))
     if not doc.ok:
