@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from imagecontract.models import ModelError
+from imagecontract.models import KernelsReport, ModelError
 from imagecontract.models.manifest import ComponentEntry, Runtime, Versions
 from imagecontract.models.manifest import Manifest as ImageManifest
 from imagecontract.targets import loads_on
@@ -55,7 +55,8 @@ class Manifest:
     present: bool
     doc: ImageManifest | None = None
     kernels_path: str = DEFAULT_KERNELS_JSON
-    kernels: dict[str, Any] | None = None
+    kernels: dict[str, Any] | None = None  # kernels.json as read (what the report records)
+    kernels_report: KernelsReport | None = None  # the same, the contract's model (what the checks read)
 
     @property
     def target(self) -> str | None:
@@ -123,4 +124,8 @@ def load(manifest_path: str | None = None, kernels_path: str | None = None) -> M
         man = Manifest(path=path, present=False, kernels_path=kpath)
     if os.path.exists(kpath):
         man.kernels = load_json(kpath, "kernels.json")
+        try:
+            man.kernels_report = KernelsReport.from_dict(man.kernels)
+        except ModelError as exc:  # names the key path: `code_objects[0]: expected str, got int 1`
+            raise ManifestError(f"kernels.json {kpath}: {exc}") from None
     return man

@@ -15,6 +15,8 @@ from imagebuild.engine.cosign import Signer, is_loopback, read_password
 from imagebuild.release import attest
 from imagebuild.release.sbom import Inventory, render, validate
 from imagebuild.release.sbom_image import COLLECTOR, component_sources
+from imagecontract.models import Manifest
+from imagecontract.models.manifest import Patch
 
 REPO = Path(__file__).resolve().parents[1]
 ROCM = "rocm6.1-torch2.3"
@@ -22,7 +24,7 @@ ROCM = "rocm6.1-torch2.3"
 
 @pytest.fixture(scope="module")
 def inventory() -> Inventory:
-    manifest = json.loads((REPO / "dockerfiles" / ROCM / "manifest.json").read_text())
+    manifest = Manifest.from_dict(json.loads((REPO / "dockerfiles" / ROCM / "manifest.json").read_text()))
     labels = {
         "io.imagebuild.target": ROCM,
         "io.imagebuild.arches": "gfx90a;gfx942",
@@ -77,9 +79,7 @@ def test_sbom_validates_and_holds_os_python_and_built_components(inventory: Inve
 def test_sbom_patches_are_pedigree(inventory: Inventory) -> None:
     patched = copy.deepcopy(inventory)
     assert patched.manifest is not None
-    patched.manifest["torch"]["patches"] = [
-        {"name": "fix-hip", "url": "https://example.invalid/fix.patch", "sha256": "d" * 64}
-    ]
+    patched.manifest.torch.patches = [Patch(name="fix-hip", url="https://example.invalid/fix.patch", sha256="d" * 64)]
     doc = json.loads(render(patched))
     torch = {c["bom-ref"]: c for c in doc["components"]}["built:torch"]
     assert torch["pedigree"]["patches"][0]["diff"]["url"] == "https://example.invalid/fix.patch"

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import imagebuild
+from imagecontract.models import Manifest
+from imagecontract.models.manifest import Source
 
 SBOM_TYPE = "https://cyclonedx.org/bom"
 PROVENANCE_TYPE = "https://slsa.dev/provenance/v1"
@@ -46,15 +48,17 @@ def subject_matches(stmt: Mapping[str, Any], digest: str) -> bool:
     )
 
 
-def _git_dependency(name: str, source: Mapping[str, Any]) -> dict[str, Any] | None:
-    if source.get("git") and source.get("commit"):
-        dep: dict[str, Any] = {"name": name, "uri": f"git+{source['git']}@{source['commit']}"}
-        dep["digest"] = {"gitCommit": str(source["commit"])}
-        if source.get("subdir"):
-            dep["annotations"] = {"subdir": source["subdir"]}
+def _git_dependency(name: str, source: Source | None) -> dict[str, Any] | None:
+    if source is None:
+        return None
+    if source.git and source.commit:
+        dep: dict[str, Any] = {"name": name, "uri": f"git+{source.git}@{source.commit}"}
+        dep["digest"] = {"gitCommit": source.commit}
+        if source.subdir:
+            dep["annotations"] = {"subdir": source.subdir}
         return dep
-    if source.get("url"):
-        return {"name": name, "uri": str(source["url"]), "digest": {"sha256": str(source.get("sha256") or "")}}
+    if source.url:
+        return {"name": name, "uri": source.url, "digest": {"sha256": source.sha256 or ""}}
     return None
 
 
@@ -71,42 +75,20 @@ def _builder() -> tuple[str, str | None]:
 
 def provenance(
     labels: Mapping[str, str],
-    manifest: Mapping[str, Any] | None,
+    manifest: Manifest | None,
     matrix_path: str,
     component_sources: Mapping[str, Mapping[str, Any]],
     engine: str | None = None,
     built_on: str | None = None,
 ) -> dict[str, Any]:
     """The SLSA v1 provenance predicate of one image, from its labels and manifest and the matrix pins."""
-    manifest = manifest or {}
     revision = labels.get("org.opencontainers.image.revision", "")
     commit = revision.removesuffix("-dirty")
     deps: list[dict[str, Any]] = []
     if re.fullmatch(r"[0-9a-f]{40}", commit):
         deps.append({"name": "imagebuild checkout", "digest": {"gitCommit": commit}})
     deps.append({"name": "matrix", "uri": matrix_path, "digest": {"sha256": labels.get("io.imagebuild.matrix-sha256")}})
-    platform = manifest.get("platform") or {}
-    if platform.get("base_image"):
-        base: dict[str, Any] = {"name": "base image", "uri": f"docker-image:{platform['base_image']}"}
-        if platform.get("base_digest"):
-            base["digest"] = {"sha256": str(platform["base_digest"]).removeprefix("sha256:")}
-        deps.append(base)
-    torch = manifest.get("torch") or {}
-    for dep in [
-        _git_dependency("torch", torch.get("source") or {}) if torch.get("obtained") == "source" else None,
-        *[_git_dependency(f"patch:{p.get('name')}", p) for p in torch.get("patches") or []],
-        *[
-            _git_dependency(name, comp.get("source") or component_sources.get(name) or {})
-            for name, comp in sorted((manifest.get("components") or {}).items())
-            if comp.get("included")
-        ],
-        _git_dependency(
-            f"runtime:{(manifest.get('runtime') or {}).get('name')}",
-            (manifest.get("runtime") or {}).get("source") or {},
-        ),
-    ]:
-        if dep:
-            deps.append(dep)
+    deps += _manifest_dependencies(manifest, component_sources) if manifest else []
     builder_id, invocation = _builder()
     metadata = {k: v for k, v in {"invocationId": invocation, "finishedOn": built_on}.items() if v}
     return {
@@ -118,7 +100,11 @@ def provenance(
                 "arches": labels.get("io.imagebuild.arches"),
                 "lock": _lock_record(labels),
             },
-            "internalParameters": {"manifest": manifest, "labels": dict(labels), "engine": engine},
+            "internalParameters": {
+                "manifest": manifest.to_dict() if manifest else {},
+                "labels": dict(labels),
+                "engine": engine,
+            },
             "resolvedDependencies": deps,
         },
         "runDetails": {
@@ -126,6 +112,35 @@ def provenance(
             "metadata": metadata,
         },
     }
+
+
+def _manifest_dependencies(
+    manifest: Manifest, component_sources: Mapping[str, Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The base image, torch's source and patches, each included component's and the runtime's source."""
+    from imagebuild.release.sbom import matrix_source
+
+    deps: list[dict[str, Any]] = []
+    platform = manifest.platform
+    if platform.base_image:
+        base: dict[str, Any] = {"name": "base image", "uri": f"docker-image:{platform.base_image}"}
+        if platform.base_digest:
+            base["digest"] = {"sha256": platform.base_digest.removeprefix("sha256:")}
+        deps.append(base)
+    torch, runtime = manifest.torch, manifest.runtime
+    for dep in [
+        _git_dependency("torch", torch.source) if torch.obtained == "source" else None,
+        *[_git_dependency(f"patch:{p.name}", p) for p in torch.patches],
+        *[
+            _git_dependency(name, matrix_source(component_sources.get(name)))
+            for name, comp in sorted(manifest.components.items())
+            if comp.included
+        ],
+        _git_dependency(f"runtime:{runtime.name if runtime else None}", runtime.source if runtime else None),
+    ]:
+        if dep:
+            deps.append(dep)
+    return deps
 
 
 def _lock_record(labels: Mapping[str, str]) -> dict[str, Any]:

@@ -25,6 +25,9 @@ from cyclonedx.schema import SchemaVersion
 from packageurl import PackageURL
 
 import imagebuild
+from imagecontract.models import KernelsReport, Manifest
+from imagecontract.models.manifest import Patch as ManifestPatch
+from imagecontract.models.manifest import Source
 
 SCHEMA_VERSION = SchemaVersion.V1_6
 IMAGE_PATH = "/opt/imagebuild/sbom.json"  # where the SBOM layer puts it in the image
@@ -40,8 +43,8 @@ class Inventory:
     os_release: dict[str, str] = field(default_factory=dict)
     dpkg: list[dict[str, str]] = field(default_factory=list)
     dists: list[dict[str, Any]] = field(default_factory=list)
-    manifest: dict[str, Any] | None = None
-    kernels: dict[str, Any] | None = None
+    manifest: Manifest | None = None  # /opt/imagebuild/manifest.json, the contract's model (None: the image has none)
+    kernels: KernelsReport | None = None  # /opt/imagebuild/kernels.json, likewise
     component_sources: dict[str, dict[str, Any]] = field(default_factory=dict)  # matrix `components.<n>.source`
 
 
@@ -81,82 +84,87 @@ def _pypi(dist: Mapping[str, Any]) -> Component:
     )
 
 
-def _source_purl(name: str, source: Mapping[str, Any]) -> PackageURL | None:
+def _source_purl(name: str, source: Source) -> PackageURL | None:
     """pkg:github for GitHub repositories, pkg:generic with the vcs_url otherwise; None for repository paths."""
-    git, commit = source.get("git"), source.get("commit")
+    git, commit = source.git, source.commit
     if git and commit:
-        found = re.fullmatch(r"https://github\.com/([^/]+)/([^/]+?)(?:\.git)?/?", str(git))
-        subpath = source.get("subdir") or None
+        found = re.fullmatch(r"https://github\.com/([^/]+)/([^/]+?)(?:\.git)?/?", git)
+        subpath = source.subdir or None
         if found:
-            return PackageURL("github", found.group(1).lower(), found.group(2).lower(), str(commit), subpath=subpath)
-        return PackageURL("generic", None, name, str(commit), {"vcs_url": f"git+{git}@{commit}"}, subpath)
-    if source.get("url") and source.get("sha256"):
+            return PackageURL("github", found.group(1).lower(), found.group(2).lower(), commit, subpath=subpath)
+        return PackageURL("generic", None, name, commit, {"vcs_url": f"git+{git}@{commit}"}, subpath)
+    if source.url and source.sha256:
         return PackageURL(
-            "generic", None, name, None, {"download_url": str(source["url"]), "checksum": f"sha256:{source['sha256']}"}
+            "generic", None, name, None, {"download_url": source.url, "checksum": f"sha256:{source.sha256}"}
         )
     return None
 
 
-def _pedigree(source: Mapping[str, Any], patches: Iterable[Mapping[str, Any]] = ()) -> Pedigree | None:
+def _pedigree(source: Source, patches: Iterable[ManifestPatch] = ()) -> Pedigree | None:
     commits = []
-    if source.get("commit"):
-        url = f"{source['git']}/commit/{source['commit']}" if "github.com" in str(source.get("git", "")) else None
-        commits.append(Commit(uid=str(source["commit"]), url=XsUri(url) if url else None))
+    if source.commit:
+        url = f"{source.git}/commit/{source.commit}" if "github.com" in (source.git or "") else None
+        commits.append(Commit(uid=source.commit, url=XsUri(url) if url else None))
+    patches = list(patches)
     cdx_patches = [
-        Patch(type=PatchClassification.UNOFFICIAL, diff=Diff(url=XsUri(str(p["url"]))) if p.get("url") else None)
-        for p in patches
+        Patch(type=PatchClassification.UNOFFICIAL, diff=Diff(url=XsUri(p.url)) if p.url else None) for p in patches
     ]
-    notes = "; ".join(
-        f"patch {p.get('name')}: {p.get('url') or p.get('path')} sha256={p.get('sha256') or 'unpinned'}"
-        for p in patches
-    )
+    notes = "; ".join(f"patch {p.name}: {p.url or p.path} sha256={p.sha256 or 'unpinned'}" for p in patches)
     if not commits and not cdx_patches:
         return None
     return Pedigree(commits=commits, patches=cdx_patches, notes=notes or None)
 
 
 def _built(
-    name: str, version: str | None, source: Mapping[str, Any], revision: str | None, **props: object
+    name: str,
+    version: str | None,
+    source: Source,
+    revision: str | None,
+    patches: Iterable[ManifestPatch] = (),
+    **props: object,
 ) -> Component:
     """A component imagebuild compiled: pinned upstream commit, or this repository's path at its revision."""
-    patches = list(props.pop("patches", None) or [])  # type: ignore[call-overload]
-    where = source.get("git") or (f"this repository: {source['path']}" if source.get("path") else source.get("url"))
+    where = source.git or (f"this repository: {source.path}" if source.path else source.url)
     return Component(
         type=ComponentType.LIBRARY,
         name=name,
-        version=version or source.get("commit") or revision,
+        version=version or source.commit or revision,
         bom_ref=f"built:{name}",
         purl=_source_purl(name, source),
         pedigree=_pedigree(source, patches),
         properties=_props(
             built_from_source=True,
             source=where,
-            ref=source.get("ref"),
-            subdir=source.get("subdir"),
-            revision=revision if source.get("path") else None,
+            ref=source.ref,
+            subdir=source.subdir,
+            revision=revision if source.path else None,
             **props,
         ),
     )
 
 
+def matrix_source(data: Mapping[str, Any] | None) -> Source:
+    """A matrix `components.<n>.source` (as sbom_image.component_sources dumps it) as the contract's Source."""
+    return Source.from_dict(dict(data or {}), "source")
+
+
 def built_components(inv: Inventory) -> list[Component]:
     """torch (from source), the included kernel/extension components and the serving runtime, from the manifest."""
-    manifest = inv.manifest or {}
+    manifest = inv.manifest
+    if manifest is None:
+        return []
     revision = inv.labels.get("org.opencontainers.image.revision")
     out: list[Component] = []
-    torch = manifest.get("torch") or {}
-    if torch.get("obtained") == "source" and torch.get("source"):
-        out.append(_built("torch", torch.get("version"), torch["source"], revision, patches=torch.get("patches")))
-    for name, comp in sorted((manifest.get("components") or {}).items()):
-        if not comp.get("included"):
-            continue
-        source = comp.get("source") or inv.component_sources.get(name) or {}
-        out.append(
-            _built(name, None, source, revision, arches=comp.get("arches"), fixed_arches=comp.get("fixed_arches"))
-        )
-    runtime = manifest.get("runtime") or {}
-    if runtime.get("source"):
-        out.append(_built(str(runtime["name"]), None, runtime["source"], revision, runtime_kind=runtime.get("kind")))
+    torch = manifest.torch
+    if torch.obtained == "source" and torch.source is not None:
+        out.append(_built("torch", torch.version, torch.source, revision, patches=torch.patches))
+    for name, comp in sorted(manifest.components.items()):
+        if comp.included:
+            source = matrix_source(inv.component_sources.get(name))
+            out.append(_built(name, None, source, revision, arches=comp.arches, fixed_arches=comp.fixed_arches))
+    runtime = manifest.runtime
+    if runtime is not None and runtime.source is not None:
+        out.append(_built(runtime.name, None, runtime.source, revision, runtime_kind=runtime.kind))
     return out
 
 
@@ -170,7 +178,7 @@ def _timestamp(labels: Mapping[str, str]) -> datetime:
 def build_bom(inv: Inventory) -> Bom:
     """The CycloneDX model of one image; the image is the metadata component everything else belongs to."""
     labels = inv.labels
-    target = labels.get("io.imagebuild.target") or (inv.manifest or {}).get("target") or "image"
+    target = labels.get("io.imagebuild.target") or (inv.manifest.target if inv.manifest else None) or "image"
     root = Component(
         type=ComponentType.CONTAINER,
         name=target,
@@ -181,7 +189,7 @@ def build_bom(inv: Inventory) -> Bom:
             platform=labels.get("io.imagebuild.platform"),
             arches=labels.get("io.imagebuild.arches"),
             matrix_sha256=labels.get("io.imagebuild.matrix-sha256"),
-            kernels_code_objects=(inv.kernels or {}).get("code_objects"),
+            kernels_code_objects=inv.kernels.code_objects if inv.kernels else None,
         ),
     )
     tool = Component(type=ComponentType.APPLICATION, name="imagebuild", version=imagebuild.__version__)

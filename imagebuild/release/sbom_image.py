@@ -15,7 +15,11 @@ from __future__ import annotations
 import inspect
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from imagecontract.models import KernelsReport, Manifest, Model, ModelError
+
+M = TypeVar("M", bound=Model)
 
 if TYPE_CHECKING:
     from imagebuild.build.buildkit import TargetResult
@@ -153,10 +157,20 @@ def collect(engine: Engine, image: str, component_sources: dict[str, dict[str, A
         os_release=data.get("os_release") or {},
         dpkg=data.get("dpkg") or [],
         dists=data.get("dists") or [],
-        manifest=data.get("manifest"),
-        kernels=data.get("kernels"),
+        manifest=_document(Manifest, data.get("manifest"), image, "manifest.json"),
+        kernels=_document(KernelsReport, data.get("kernels"), image, "kernels.json"),
         component_sources=component_sources,
     )
+
+
+def _document(model: type[M], data: Any, image: str, what: str) -> M | None:
+    """A contract document the collector read in the image, checked once against its model (None: absent)."""
+    if data is None:
+        return None
+    try:
+        return model.from_dict(data)
+    except ModelError as exc:
+        raise SbomError(f"/opt/imagebuild/{what} of {image} does not fit the contract: {exc}") from None
 
 
 def add_layer(engine: Engine, image: str, tags: list[str], sbom_text: str) -> str:

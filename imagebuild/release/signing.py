@@ -25,6 +25,7 @@ from imagebuild.release import attest
 from imagebuild.release.sbom import IMAGE_PATH as SBOM_PATH
 from imagebuild.release.sbom import validate
 from imagecontract.atomic import write_atomic
+from imagecontract.models import Manifest
 
 if TYPE_CHECKING:
     import docker
@@ -133,7 +134,10 @@ def sign_published(
     if error:
         raise PublishFailed(f"{SBOM_PATH} of {image_id[:19]} is not valid CycloneDX: {error}")
     manifest_bytes = read_image_file(client, image_id, MANIFEST_PATH)
-    manifest = json.loads(manifest_bytes) if manifest_bytes else None
+    try:  # read once, through the contract's model
+        manifest = Manifest.from_dict(json.loads(manifest_bytes)) if manifest_bytes else None
+    except (ValueError, RecursionError) as exc:  # ModelError is a ValueError
+        raise PublishFailed(f"{MANIFEST_PATH} of {image_id[:19]} does not fit the contract: {str(exc)[:200]}") from None
     labels = client.images.get(image_id).labels or {}
     matrix_path = Path(context["matrix_path"])
     sources = component_sources(matrix_path) if matrix_path.is_file() else {}

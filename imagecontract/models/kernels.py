@@ -14,4 +14,7 @@ class KernelsReport(Model):
     library: str = doc("Path of the verified library inside the image")
     requested: list[str] = doc("Requested code-object target IDs (features kept, LLVM order; CUDA as sm_XX)")
     code_objects: list[str] = doc("Device code objects the library holds (gfx IDs with features, sm_XX)")
-    ptx: list[str] = doc("PTX entries of a CUDA fat binary (compute_XX), listed apart from the code objects")
+    ptx: list[str] = doc(
+        "PTX entries of a CUDA fat binary (compute_XX), listed apart from the code objects (none: a ROCm library)",
+        default_factory=list,
+    )

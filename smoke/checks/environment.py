@@ -73,12 +73,12 @@ def _check_gpu(ctx: Context, res: CheckResult) -> None:
         res.warnings.append("no manifest: the device arch was not checked against the image's arches")
     if info.torch_arches and not _torch_covers(info.arch, info.torch_arches):
         res.warnings.append(f"torch was compiled for {', '.join(info.torch_arches)}, not for {info.arch}")
-    kernels = man.kernels
+    kernels = man.kernels_report
     if kernels is not None:
-        objects = [str(a) for a in kernels.get("code_objects") or []]
+        objects = kernels.code_objects
         if not any(loads_on(a, info.arch) for a in objects):
             res.fail(
-                f"kernels.json: {kernels.get('library')} holds code objects for "
+                f"kernels.json: {kernels.library} holds code objects for "
                 f"{', '.join(objects) or 'none'}, "
                 f"not for device arch {info.arch}"
             )
