@@ -105,6 +105,8 @@ def _inputs_of(matrix: Matrix, target: Target) -> list[Input]:
     platform = target.platform
     prefix = f"{target.name}@{oci}"
     items: list[Input] = [_image(platform.base_image, oci, _where_base(target))]
+    if platform.runtime_image:
+        items.append(_image(platform.runtime_image, oci, f"platforms.{target.platform_name}.runtime_image"))
     if is_local_image(platform.base_image) and "debian" in platform.base_image:
         items.append(_debian(platform.base_image, oci, _where_base(target)))
     base_key = f"pip:{prefix}:base"

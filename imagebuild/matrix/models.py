@@ -62,6 +62,12 @@ class Platform(Strict):
         default=None,
         description="sha256 digest pinning base_image (unpinned: render warns).",
     )
+    runtime_image: ImageName | None = Field(
+        default=None,
+        description="Image the final stage starts FROM (the torch stage's venv copied in): a runtime base without "
+        "the compilers' toolkit; unset: the final stage is the torch stage.",
+    )
+    runtime_digest: Digest | None = Field(default=None, description="sha256 digest pinning runtime_image.")
     python: Program = Field(default="python3", description="Python interpreter the stages run.")
     python_version: Version = Field(description="Python version of that interpreter (recorded in the manifest).")
     arches: list[ArchName] = Field(

@@ -25,6 +25,8 @@ def unpinned(m: MatrixModel) -> list[Unpinned]:
     for name, platform in m.platforms.items():
         if platform.base_digest is None and not platform.base_image.startswith("local/"):
             found.append(Unpinned(f"platforms.{name}", f"base image {platform.base_image} has no digest"))
+        if platform.runtime_image and platform.runtime_digest is None:
+            found.append(Unpinned(f"platforms.{name}", f"runtime image {platform.runtime_image} has no digest"))
     for key, torch in m.torch.items():
         for kind, build in torch.builds.items():
             where = f"torch.{key}.builds.{kind}"

@@ -198,7 +198,8 @@ def _stages(target: Target, resolution: Resolution) -> tuple[Stage, ...]:
         stages.append(Stage("runtime-server", "torch", dict(resolution.env)))
     elif runtime is not None:
         stages.append(Stage("runtime-pip", "torch"))
-    stages.append(Stage("final", "torch", dict(resolution.env)))
+    final = image_ref(platform.runtime_image, platform.runtime_digest) if platform.runtime_image else "torch"
+    stages.append(Stage("final", final, dict(resolution.env)))
     return tuple(stages)
 
 

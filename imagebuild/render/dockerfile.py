@@ -200,6 +200,10 @@ def _context(plan: TargetPlan, sets: dict[str, tuple[str, str]] | None = None) -
             "kind": platform.kind,
             "version": platform.version,
             "base_ref": lock_stages.pinned_ref(plan.root, stages["base"].parent),
+            # the final stage's own base when it is not the torch stage (a runtime image; the venv is copied in)
+            "runtime_ref": (
+                lock_stages.pinned_ref(plan.root, stages["final"].parent) if stages["final"].parent != "torch" else None
+            ),
             "python": platform.python,
             "apt_packages": platform.apt_packages,
             "pip_packages": platform.pip_packages,
