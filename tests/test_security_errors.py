@@ -173,8 +173,8 @@ class StandInContainer:
 
         raise APIError("error gathering device information", explanation="no such device: /dev/kfd")
 
-    def remove(self, force: bool = False) -> None:
-        self.removed = force
+    def remove(self, force: bool = False, v: bool = False) -> None:
+        self.removed = force and v  # with its anonymous volumes (issue 21: the image's VOLUME /data)
 
 
 class StandInClient:

@@ -12,6 +12,7 @@ address that accepts and never replies) is a ConfigError (exit 2). What the engi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -288,3 +289,39 @@ def resolve_image(
     except ImageNotFound:
         raise ConfigError(f"no local image '{given}'", hint="build it or pull it first") from None
     return _slug(given), image, ImageRef(image.id, None, tuple(image.tags), recorded_by="engine")
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What a container that ran to its end left: its exit code and output."""
+
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+
+
+def remove_container(container: Any) -> None:
+    """Remove a container with its anonymous volumes (an image's `VOLUME /data` makes one per container; the
+    SDK's `remove=True` and a plain remove leave it), whatever state it is in; a container already gone is no
+    error."""
+    from docker.errors import APIError, NotFound
+
+    with contextlib.suppress(NotFound, APIError):
+        container.remove(force=True, v=True)
+
+
+def run_removed(client: Any, image: str, *, timeout: float | None = None, **create: Any) -> Ran:
+    """Create, start, wait and read a container, then remove it with its anonymous volumes on every path: a
+    start that fails (no python3 in the image: the SDK's `containers.run(remove=True)` left it Created), a
+    wait that times out, an interrupt. APIError from create or start is the caller's to report."""
+    container = client.containers.create(image, **create)
+    try:
+        container.start()
+        status = container.wait(timeout=timeout)
+        return Ran(
+            int(status.get("StatusCode", -1)),
+            container.logs(stdout=True, stderr=False),
+            container.logs(stdout=False, stderr=True),
+        )
+    finally:
+        remove_container(container)

@@ -4,7 +4,6 @@ its report (with the image ID added) where `imagebuild publish` looks for proof.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -13,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from imagebuild.engine.docker import detect_gpu, device_options
+from imagebuild.engine.docker import detect_gpu, device_options, remove_container
 from imagebuild.envvars import env_int
 from imagebuild.errors import ConfigError, SmokeFailed
 from imagecontract.atomic import write_atomic
@@ -76,8 +75,7 @@ def run_smoke(
             container.start()
         except APIError as exc:
             if container is not None:
-                with contextlib.suppress(APIError):
-                    container.remove(force=True)
+                remove_container(container)  # with its anonymous volume (the image's VOLUME /data)
             raise SmokeFailed(f"could not start the smoke container ({gpu}): {exc.explanation or exc}") from None
         try:
             try:
@@ -88,7 +86,7 @@ def run_smoke(
             logs = container.logs(stdout=True, stderr=True).decode(errors="replace")
             image_id = container.attrs["Image"]
         finally:
-            container.remove(force=True)
+            remove_container(container)
         write_atomic(log_path, logs)
         produced = out / "report.json"
         if not produced.is_file():

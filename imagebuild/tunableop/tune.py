@@ -71,7 +71,7 @@ def _read_manifest(c: docker.DockerClient, image: str) -> Manifest | None:
     except (docker.errors.NotFound, docker.errors.APIError, KeyError, json.JSONDecodeError):
         return None
     finally:
-        container.remove(force=True)
+        engine.remove_container(container)  # with its anonymous volumes
     try:
         return None if data is None else Manifest.from_dict(data)
     except ModelError as exc:
@@ -95,19 +95,19 @@ def _run_probe(c: docker.DockerClient, image: str, gpu: str) -> dict[str, Any] |
     import docker
 
     try:
-        out = c.containers.run(
+        ran = engine.run_removed(
+            c,
             image,
             command=["-c", VALIDATORS_PY],
             entrypoint=["python3"],
             network_mode="host",
-            remove=True,
-            stdout=True,
-            stderr=False,
             **engine.device_options(gpu),
         )
-    except (docker.errors.ContainerError, docker.errors.APIError):
+    except docker.errors.APIError:
         return None
-    for line in out.decode("utf-8", "replace").splitlines():
+    if ran.exit_code != 0:
+        return None
+    for line in ran.stdout.decode("utf-8", "replace").splitlines():
         if line.startswith("IMAGEBUILD-JSON "):
             return json.loads(line.removeprefix("IMAGEBUILD-JSON "))
     return None
@@ -262,12 +262,12 @@ def run_tuning(
         f"--max-tuning-iterations={max_tuning_iterations}",
     ]
     try:
-        c.containers.run(
+        ran = engine.run_removed(
+            c,
             image,
             command=command,
             entrypoint=["python3"],
             network_mode="host",
-            remove=True,
             volumes={
                 str(io_dir): {"bind": "/io", "mode": "rw"},
                 str(SCRIPTS_DIR): {"bind": "/opt/imagebuild-tune", "mode": "ro"},
@@ -277,11 +277,11 @@ def run_tuning(
             environment={"PYTHONPATH": "/opt/imagebuild-contract"},
             **engine.device_options(gpu),
         )
-    except docker.errors.ContainerError as exc:
-        tail = (exc.stderr or b"").decode("utf-8", "replace").strip().splitlines()[-1:]
-        raise BuildFailed(f"tuning in {image} failed (exit {exc.exit_status}): {' '.join(tail)}") from None
     except docker.errors.APIError as exc:
         raise ConfigError(f"cannot run {image} with a {gpu} GPU: {exc.explanation or exc}") from None
+    if ran.exit_code != 0:
+        tail = ran.stderr.decode("utf-8", "replace").strip().splitlines()[-1:]
+        raise BuildFailed(f"tuning in {image} failed (exit {ran.exit_code}): {' '.join(tail)}")
     report = json.loads(Path(io_dir, "report.json").read_text(encoding="utf-8"))
     return report, top.load(Path(io_dir, "results", f"tunableop_results{device}.csv"))
 
