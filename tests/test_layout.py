@@ -91,6 +91,63 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+# What each stage folder may import (docs/architecture.md, "The layout"); errors.py, envvars.py and the package
+# version are everybody's. A folder always imports itself.
+MAY_IMPORT = {
+    "matrix": set(),
+    "plan": {"matrix"},
+    "lock": {"matrix", "engine"},
+    "render": {"plan", "matrix", "lock"},
+    "engine": {"plan"},  # plan/imageref.py: which image a target's build recorded
+    "build": {"plan", "matrix", "render", "engine", "lock"},
+    "prove": {"build", "plan", "matrix", "engine"},
+    "release": {"build", "plan", "matrix", "engine", "lock"},
+    "tunableop": {"matrix", "engine"},
+    "report": {"release", "plan", "matrix", "engine"},
+    "commands": {"matrix", "plan", "render", "build", "engine", "prove", "release", "tunableop", "lock", "report"},
+}
+SHARED = {"imagebuild", "imagebuild.errors", "imagebuild.envvars"}
+
+
+def _folder(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and (PACKAGE / parts[1]).is_dir()) else module
+
+
+def test_each_folder_imports_only_what_its_row_allows() -> None:
+    edges = _imports(_modules())
+    wrong = []
+    for module, imported in sorted(edges.items()):
+        folder = _folder(module)
+        if folder not in MAY_IMPORT:
+            continue  # cli.py, errors.py, envvars.py, the package itself
+        for other in sorted(imported - SHARED):
+            there = _folder(other)
+            if there != folder and there not in MAY_IMPORT[folder]:
+                wrong.append(f"{module} -> {other}")
+    assert wrong == [], "add the folder to its MAY_IMPORT row (and docs/architecture.md) or move the code"
+
+
+def test_no_command_imports_another() -> None:
+    edges = _imports(_modules())
+    shared = {"imagebuild.commands", "imagebuild.commands.common"}
+    found = [
+        f"{m} -> {o}"
+        for m, imported in sorted(edges.items())
+        if m.startswith("imagebuild.commands.") and m not in shared
+        for o in sorted(imported)
+        if o.startswith("imagebuild.commands") and o not in shared
+    ]
+    assert found == []
+
+
+def test_every_stage_folder_has_its_row() -> None:
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders == set(MAY_IMPORT)
+    doc = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert all(f"`{name}/`" in doc for name in folders), "docs/architecture.md draws every folder"
+
+
 def test_no_import_loop_in_imagebuild() -> None:
     assert _cycles(_imports(_modules())) == []
 

@@ -23,8 +23,8 @@ def image_arches(obj: dict[str, object], given: str) -> tuple[str, list[str], st
     started container (no python3 needed in the image); the io.imagebuild.arches label when it has none."""
     from docker.errors import DockerException, NotFound
 
-    from imagebuild.commands.smoke import target_names
     from imagebuild.engine.docker import docker_client, resolve_image
+    from imagebuild.plan.keys import target_names
 
     matrix_path = Path(str(obj["matrix_path"]))
     root = matrix_path.resolve().parent if matrix_path.exists() else Path.cwd()

@@ -39,8 +39,8 @@ def command(
     no_history: bool,
 ) -> None:
     """Write the page: one row per (target, OCI platform, GPU arch), what was verified there, and a GPU lookup."""
-    from imagebuild.build.buildkit import GitInfo
-    from imagebuild.commands.verify import verifier_from
+    from imagebuild.plan.git import GitInfo
+    from imagebuild.release.signing import verifier_from
     from imagebuild.report.html import write
     from imagebuild.report.page import engine_inspect, make_page
 

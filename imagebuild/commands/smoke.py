@@ -22,16 +22,6 @@ from imagebuild.prove.smoke import judge, run_smoke
 HOST_PLATFORMS = {"x86_64": "linux/amd64", "amd64": "linux/amd64", "aarch64": "linux/arm64", "arm64": "linux/arm64"}
 
 
-def target_names(matrix_path: Path) -> list[str]:
-    """Target names when the matrix loads; an image reference works without one."""
-    from imagebuild.matrix import load_matrix
-
-    try:
-        return [t.name for t in load_matrix(matrix_path).targets]
-    except ConfigError:
-        return []
-
-
 def host_platform() -> str:
     """The OCI platform this host runs natively (others run under emulation)."""
     return HOST_PLATFORMS.get(host.machine().lower(), f"linux/{host.machine().lower()}")

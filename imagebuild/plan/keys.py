@@ -30,6 +30,11 @@ class Named:
         return self.keys[0].platforms if self.keys else ()
 
 
+def target_names(matrix_path: Path) -> list[str]:
+    """Target names when the matrix loads; an image reference works without one."""
+    return list(named(matrix_path, "").targets)
+
+
 def named(matrix_path: Path, given: str, wanted: Sequence[str] = ()) -> Named:
     """IMAGE|TARGET with the --platform values: the keys of the chosen platforms' images."""
     from imagebuild.matrix import load_matrix
