@@ -21,7 +21,13 @@ def test_local_cpu_runtime_serves_a_generate_request(smoked_local_cpu: tuple[Any
     assert runtime["status"] == "passed", runtime
     numbers = runtime["numbers"]
     assert numbers["runtime"] == "transformers-serve" and numbers["kind"] == "pip" and numbers["api"] == "openai"
-    assert numbers["argv"][:2] == ["transformers", "serve"] and "{port}" not in numbers["argv"]
+    argv = numbers["argv"]  # the guard in front, transformers serve behind it (issue 21)
+    assert argv[:2] == ["python3", "/opt/imagebuild/imagecontract/serve_guard.py"] and "{port}" not in argv
+    assert argv[argv.index("--") + 1 : argv.index("--") + 3] == ["transformers", "serve"]
+    hostile = numbers["hostile"]
+    assert all(400 <= code < 500 for name, code in hostile.items() if not name.endswith("_s") and "_s_" not in name)
+    assert hostile["oversize-body"] == 413 and hostile["recovery_s_max"] < 10, hostile
+    assert numbers["chat_sample"] and numbers["chat_stream_sample"]
     assert numbers["completion_tokens"] == 32 and numbers["completion_sample"]
     assert runtime["latency"]["server_start_s"] > 0 and runtime["latency"]["ttft_s"] > 0
     assert runtime["throughput"]["tokens_per_s"] > 0
