@@ -121,3 +121,15 @@ def test_gpu_kernels_cpu_mode(tmp_path: Path) -> None:
     assert plan["unseen"]["models"] and plan["unseen"]["rows"]
     # off the measured region the rule picks F.linear (issue 24: ours there was up to 0.695x of it)
     assert all(r["cfg"] == -1 for r in plan["unseen"]["rows"] if not r["measured"])
+
+
+def test_gpu_issue24_cpu_mode(tmp_path: Path) -> None:
+    """The one-call driver of this round's GPU evidence, in CPU mode (sabotage and rerun off: tested above)."""
+    proc = _script("gpu_issue24.sh", tmp_path, IB_SABOTAGE="0", IB_RERUN="0")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    log = (tmp_path / "gpu_issue24_h200.log").read_text()
+    assert "== gpu_smoke.sh exit 0" in log and "== gpu_kernels.sh exit 0" in log
+    evidence = json.loads((tmp_path / "smoke_cpu_mode.json").read_text())
+    assert evidence["exit_code"] == 0 and evidence["sabotage"]["exit_code"] == -1
+    Manifest.from_dict(json.loads((tmp_path / "manifest_h200.json").read_text()))
+    assert json.loads((tmp_path / "kernels_plan.json").read_text())["unseen"]["rows"]
