@@ -68,6 +68,12 @@ class Platform(Strict):
         "the compilers' toolkit; unset: the final stage is the torch stage.",
     )
     runtime_digest: Digest | None = Field(default=None, description="sha256 digest pinning runtime_image.")
+    min_driver: Version | None = Field(
+        default=None,
+        description="Lowest GPU kernel driver the image runs on: the NVIDIA kernel module's version (CUDA) or the "
+        "amdgpu module's (ROCm); recorded in the manifest, the smoke environment check fails on an older driver. "
+        "Unset: not checked.",
+    )
     python: Program = Field(default="python3", description="Python interpreter the stages run.")
     python_version: Version = Field(description="Python version of that interpreter (recorded in the manifest).")
     arches: list[ArchName] = Field(

@@ -53,6 +53,7 @@ def manifest(target: Target, resolution: Resolution) -> Manifest:
             base_digest=platform.base_digest,
             oci=target.oci_platform,
             oci_notes=list(target.oci_notes),
+            min_driver=platform.min_driver,
         ),
         torch=model.TorchInfo(
             version=version,

@@ -50,6 +50,8 @@ class Companion(Model):
 class Platform(Model):
     """The platform the image is built on."""
 
+    OMIT_NONE: ClassVar[tuple[str, ...]] = ("min_driver",)  # written only where the matrix sets it
+
     name: str
     kind: Literal["rocm", "cuda", "cpu"]
     base_image: str
@@ -58,6 +60,11 @@ class Platform(Model):
     oci: str = doc("The OCI platform of this image (linux/amd64, linux/arm64)", default="linux/amd64")
     oci_notes: list[str] = doc(
         "What differs on this OCI platform from the matrix's linux/amd64 values, and why", default_factory=list
+    )
+    min_driver: str | None = doc(
+        "Lowest GPU kernel driver the image runs on (NVIDIA kernel module or amdgpu module version); the smoke "
+        "environment check fails on an older one",
+        default=None,
     )
 
 

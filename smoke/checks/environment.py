@@ -22,6 +22,39 @@ def same_version(found: str | None, expected: str) -> bool:
     return bool(want) and have[: len(want)] == want
 
 
+# Where the loaded kernel driver says its version, per GPU vendor (read bounded: a few hundred bytes are enough).
+DRIVER_FILES = {"nvidia": "proc/driver/nvidia/version", "amd": "sys/module/amdgpu/version"}
+MAX_DRIVER_FILE = 4096
+# "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  ..." / "... Open Kernel Module for x86_64  550.54.14 ..."
+_NVIDIA_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
+
+
+def driver_version(vendor: str, root: str = "/") -> str | None:
+    """The loaded kernel driver's version (the NVIDIA kernel module, the amdgpu module), None when unreadable."""
+    name = DRIVER_FILES.get(vendor)
+    if name is None:
+        return None
+    try:
+        with open(f"{root.rstrip('/')}/{name}", "rb") as fh:
+            text = fh.read(MAX_DRIVER_FILE).decode("ascii", "replace")
+    except OSError:
+        return None
+    found = _NVIDIA_VERSION.search(text) if vendor == "nvidia" else re.match(r"\s*(\d+(?:\.\d+)+)", text)
+    return found.group(1) if found else None
+
+
+def check_driver(minimum: str | None, vendor: str, res: CheckResult, root: str = "/") -> None:
+    """The manifest's platform.min_driver against the loaded driver: older fails, unreadable is a warning."""
+    if not minimum:
+        return
+    live = driver_version(vendor, root)
+    res.numbers["driver_version"] = live
+    if live is None:
+        res.warnings.append(f"the {vendor} driver's version could not be read: min_driver {minimum} not checked")
+    elif release(live) < release(minimum):
+        res.fail(f"driver {live} is older than {minimum}, the lowest this image runs on (manifest platform.min_driver)")
+
+
 def run(ctx: Context) -> CheckResult:
     res = CheckResult("environment")
     info, man = ctx.info, ctx.manifest
@@ -82,6 +115,7 @@ def _check_gpu(ctx: Context, res: CheckResult) -> None:
                 f"{', '.join(objects) or 'none'}, "
                 f"not for device arch {info.arch}"
             )
+    check_driver(man.doc.platform.min_driver if man.doc else None, info.vendor, res)
     _check_override(ctx, res)
 
 
