@@ -72,10 +72,8 @@ def image_manifest(data: Any) -> Manifest | None:
     path when it does not fit (exit 2)."""
     from imagebuild.errors import ConfigError
 
-    if data is None:
-        return None
     try:
-        return Manifest.from_dict(data)
+        return None if data is None else Manifest.from_dict(data)
     except ModelError as exc:
         raise ConfigError(f"the image's manifest does not fit the contract: {exc}") from None
 

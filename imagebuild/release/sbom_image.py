@@ -165,10 +165,8 @@ def collect(engine: Engine, image: str, component_sources: dict[str, dict[str, A
 
 def _document(model: type[M], data: Any, image: str, what: str) -> M | None:
     """A contract document the collector read in the image, checked once against its model (None: absent)."""
-    if data is None:
-        return None
     try:
-        return model.from_dict(data)
+        return None if data is None else model.from_dict(data)
     except ModelError as exc:
         raise SbomError(f"/opt/imagebuild/{what} of {image} does not fit the contract: {exc}") from None
 
