@@ -37,6 +37,10 @@ class UnreadableFile(VerifyError, OSError):
         return f"cannot read {self.filename}: {self.strerror}"
 
 
+class MissingFile(UnreadableFile, FileNotFoundError):
+    """A file that is not there: also a FileNotFoundError, so `except FileNotFoundError` still says "absent"."""
+
+
 # Every length read from a file is checked against what remains before it is used; these caps bound what one
 # crafted header can make us read or allocate (real libraries are far below each).
 MAX_READ = 1 << 20  # one header table, string table or decompressed bundle header
@@ -66,7 +70,8 @@ def open_regular(path: str | os.PathLike[str], *, follow: bool = True) -> Binary
     except OSError as exc:
         if exc.errno == errno.ELOOP and not follow:
             raise UnreadableFile(path, "is a symlink (not followed)", errno.ELOOP) from None
-        raise UnreadableFile(path, exc.strerror or str(exc), exc.errno or errno.EIO) from None
+        kind = MissingFile if exc.errno == errno.ENOENT else UnreadableFile
+        raise kind(path, exc.strerror or str(exc), exc.errno or errno.EIO) from None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):

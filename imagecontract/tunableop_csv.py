@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
+
+from imagecontract.blob import read_bounded
 
 
 def split_fields(line: str) -> list[str]:
@@ -50,9 +51,12 @@ def results(text: str) -> list[list[str]]:
     return rows
 
 
+MAX_RESULTS = 64 << 20  # one results file (torch's: one line per tuned GEMM, a few KiB to MiB)
+
+
 def read_text(path: str | os.PathLike[str]) -> str:
     """The text with no newline translation: Python's text mode turns `\\r\\n` into `\\n`, torch does not."""
-    return Path(path).read_bytes().decode("utf-8")
+    return read_bounded(path, MAX_RESULTS, what="a TunableOp results file").decode("utf-8")
 
 
 def render(validator_values: Mapping[str, str], rows: Sequence[Sequence[str]]) -> str:

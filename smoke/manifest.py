@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from imagecontract.blob import read_bounded
 from imagecontract.models import KernelsReport, ModelError
 from imagecontract.models.manifest import ComponentEntry, Runtime, Versions
 from imagecontract.models.manifest import Manifest as ImageManifest
@@ -26,14 +27,16 @@ DEFAULT_BACKENDS = {
 }
 
 
+MAX_DOCUMENT = 16 << 20  # a manifest, kernels.json or baseline report (ours: a few KiB)
+
+
 class ManifestError(Exception):
     """A manifest or kernels.json that exists but cannot be used: a usage error (exit 2)."""
 
 
 def load_json(path: str, what: str) -> dict[str, Any]:
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = json.loads(read_bounded(path, MAX_DOCUMENT, what=what).decode("utf-8"))
     except json.JSONDecodeError as exc:
         raise ManifestError(f"{what} {path}: invalid JSON at line {exc.lineno}: {exc.msg}") from exc
     except (UnicodeDecodeError, RecursionError) as exc:  # a binary file; JSON nested thousands deep

@@ -241,3 +241,47 @@ def test_a_manifest_that_is_a_fifo_or_too_big_is_recorded(tmp_path: Path) -> Non
     (opt / "manifest.json").write_text('{"x": "' + "y" * (2 << 20) + '"}')
     doc, _ = run_scanner(tmp_path)
     assert doc["manifest"] is None and "larger than" in "\n".join(doc["scan"]["errors"])  # type: ignore[index]
+
+
+# --- files a user names: the password file, shapes, TunableOp results, smoke documents, docker config -----
+
+
+def _hostile_files(tmp_path: Path) -> dict[str, Path]:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    zero = tmp_path / "zero"
+    zero.symlink_to("/dev/zero")
+    return {"fifo": fifo, "dev-zero": zero, "folder": tmp_path}
+
+
+def test_named_files_are_refused_unless_regular_and_small(tmp_path: Path) -> None:
+    """Each reader, given a FIFO, /dev/zero or a folder: one short error of its own kind within a second, no
+    hang, no MemoryError (these were read whole, or hung on the FIFO's open)."""
+    from imagebuild.engine.cosign import read_password
+    from imagebuild.errors import ConfigError
+    from imagebuild.tunableop.results import load as load_results
+    from smoke.manifest import ManifestError, load_json
+
+    readers = {
+        "password": (lambda p: read_password(p), ConfigError),
+        "tunableop": (lambda p: load_results(p), ConfigError),
+        "smoke document": (lambda p: load_json(str(p), "baseline"), ManifestError),
+    }
+    for kind, path in _hostile_files(tmp_path).items():
+        for name, (reader, error) in readers.items():
+            started = time.monotonic()
+            with pytest.raises(error) as caught:
+                reader(path)
+            assert time.monotonic() - started < 1, (name, kind)
+            assert "\n" not in str(caught.value) and len(str(caught.value)) < 300, (name, kind, caught.value)
+
+
+def test_a_docker_config_that_is_not_a_regular_file_is_one_line(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    from imagebuild.engine.registry import _docker_config_auth
+    from imagebuild.errors import ConfigError
+
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    os.mkfifo(tmp_path / "config.json")
+    with pytest.raises(ConfigError) as caught:
+        _docker_config_auth("127.0.0.1:5000")
+    assert "config.json" in str(caught.value) and "FIFO" in str(caught.value)

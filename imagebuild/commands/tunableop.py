@@ -11,6 +11,7 @@ from imagebuild.errors import CheckFailed, ConfigError
 from imagebuild.tunableop import results as top
 from imagebuild.tunableop import shapes as tunableop_shapes
 from imagecontract.atomic import write_atomic
+from imagecontract.blob import read_bounded
 
 _FILE = click.Path(path_type=Path, dir_okay=False)
 
@@ -131,7 +132,7 @@ def tune_cmd(
     from imagebuild.tunableop import tune as tt
 
     try:
-        text = shapes.read_bytes().decode("utf-8")
+        text = read_bounded(shapes, 16 << 20, what="a shapes file").decode("utf-8")
     except UnicodeDecodeError as exc:  # a binary file: say which one, never its bytes
         raise ConfigError(f"{shapes}: not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:

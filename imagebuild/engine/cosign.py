@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.errors import ConfigError
+from imagecontract.blob import read_bounded
 
 TIMEOUT = 300
 
@@ -45,12 +46,22 @@ def _registry_flags(ref: str) -> list[str]:
     return ["--allow-insecure-registry"] if is_loopback(ref.split("/", 1)[0]) else []
 
 
+MAX_PASSWORD = 4096  # characters of a key password (cosign's own are 32 random bytes, base64)
+
+
 def read_password(path: Path) -> str:
     """The key password from a file (`-`: the first line of stdin); one trailing newline is not part of it."""
     try:
-        text = sys.stdin.readline() if str(path) == "-" else path.read_text(encoding="utf-8")
+        if str(path) == "-":
+            text = sys.stdin.readline(MAX_PASSWORD + 1)
+        else:  # a FIFO or /dev/zero named here is refused, a huge file read no further than the bound
+            text = read_bounded(path, MAX_PASSWORD, what="the key password file").decode("utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read the key password file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"the key password file {path} is not UTF-8 (byte {exc.start})") from None
+    if len(text) > MAX_PASSWORD:
+        raise ConfigError(f"the key password from {path} is longer than {MAX_PASSWORD} characters")
     return text[:-1] if text.endswith("\n") else text
 
 

@@ -19,6 +19,7 @@ import requests
 
 from imagebuild.envvars import env_seconds
 from imagebuild.errors import ConfigError
+from imagecontract.blob import read_bounded
 
 MANIFEST_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
@@ -74,7 +75,7 @@ def _docker_config_auth(host: str) -> tuple[str, str] | None:
     if not config.exists():
         return None
     try:  # a config that exists but does not read is refused (exit 2), as docker login's would be, never ignored
-        data = json.loads(config.read_bytes().decode("utf-8"))
+        data = json.loads(read_bounded(config, 1 << 20, what="a docker config").decode("utf-8"))
         auths = data.get("auths", {}) if isinstance(data, dict) else None
         if not isinstance(auths, dict):
             raise ValueError("'auths' is not an object")
@@ -86,6 +87,8 @@ def _docker_config_auth(host: str) -> tuple[str, str] | None:
                 return user, password
     except (OSError, ValueError, RecursionError) as exc:  # UnicodeDecodeError, JSONDecodeError, binascii.Error too
         kind = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else type(exc).__name__
+        if isinstance(exc, OSError) and exc.strerror:  # a FIFO, a folder, /dev/zero, over 1 MiB: say which
+            raise ConfigError(f"{config}: unreadable registry credentials ({exc.strerror})") from None
         detail = kind if isinstance(exc, UnicodeDecodeError | RecursionError) else f"{kind}: {str(exc)[:80]}"
         raise ConfigError(f"{config}: unreadable registry credentials ({detail})") from None
     return None

@@ -18,6 +18,7 @@ from imagebuild.errors import BuildFailed, CheckFailed, ConfigError
 from imagebuild.tunableop import results as top
 from imagebuild.tunableop import shapes as tunableop_shapes
 from imagecontract.atomic import write_atomic
+from imagecontract.blob import read_bounded
 from imagecontract.models import Manifest, ModelError
 
 if TYPE_CHECKING:
@@ -282,7 +283,7 @@ def run_tuning(
     if ran.exit_code != 0:
         tail = ran.stderr.decode("utf-8", "replace").strip().splitlines()[-1:]
         raise BuildFailed(f"tuning in {image} failed (exit {ran.exit_code}): {' '.join(tail)}")
-    report = json.loads(Path(io_dir, "report.json").read_text(encoding="utf-8"))
+    report = json.loads(read_bounded(Path(io_dir, "report.json"), 64 << 20, follow=False).decode("utf-8"))
     return report, top.load(Path(io_dir, "results", f"tunableop_results{device}.csv"))
 
 
