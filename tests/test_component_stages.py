@@ -225,7 +225,9 @@ def test_rocm_image_carries_a_pinned_triton_recorded_in_the_manifest(matrix) -> 
 
 def test_local_cpu_torch_stage_gets_no_constraint(matrix) -> None:
     _, _, stages, manifest = _render(matrix, "local-cpu")
-    assert "PIP_CONSTRAINT" not in stages["torch"]
+    # one torch stage per OCI platform, placed on the build platform (issue 22)
+    assert {"torch-amd64", "torch-arm64"} <= set(stages)
+    assert all("PIP_CONSTRAINT" not in stages[name] for name in ("torch-amd64", "torch-arm64"))
     assert manifest["torch"]["companions"] == []
 
 
@@ -257,7 +259,20 @@ def test_component_arch_and_build_fields_are_checked(tmp_path: Path, old: str, n
     assert message in str(info.value)
 
 
-@pytest.mark.parametrize("target_name", ["rocm6.1-torch2.3", "cuda12.1-torch2.3", "local-cpu"])
+def test_cross_installed_venv_places_component_wheels_without_their_dependencies(matrix) -> None:
+    """local-cpu's pip steps run on the build platform (issue 22): each platform's venv stage installs the runtime's
+    pinned set by hash for that platform's wheel tags, then the component wheels with --no-deps; final copies it."""
+    target, _, stages, _ = _render(matrix, "local-cpu")
+    for arch in ("amd64", "arm64"):
+        venv = stages[f"venv-{arch}"]
+        assert "--no-deps --require-hashes -r /src/runtime-pip/requirements.txt" in venv
+        assert f"cross.py platforms {'x86_64' if arch == 'amd64' else 'aarch64'}" in venv
+        for name, _component in target.components:
+            assert f"pip install --target /tmp/site --no-deps /tmp/wheels/component-{name}/*.whl" in venv
+    assert "pip install" not in stages["final"] and "COPY --from=venv /opt/venv /opt/venv" in stages["final"]
+
+
+@pytest.mark.parametrize("target_name", ["rocm6.1-torch2.3", "cuda12.1-torch2.3"])
 def test_final_stage_installs_component_wheels_without_their_dependencies(matrix, target_name) -> None:
     """Upstream copies each kernel build's build/lib (TGI@232e8d52 Dockerfile:190-213, Dockerfile_amd:170-183):
     the wheels' own requirement files (Narsil/vllm requirements-cuda.txt pulls ray, xformers, vllm-nccl-cu12)

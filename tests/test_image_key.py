@@ -17,7 +17,8 @@ def test_first_platform_keeps_the_plain_name_others_get_their_suffix() -> None:
     arm = key.on("linux/arm64")
     assert (key.name, key.folder, key.records) == ("local-cpu", "local-cpu", "local-cpu")
     assert arm.name == "local-cpu-linux-arm64"
-    assert arm.folder == arm.records == "local-cpu/linux-arm64"
+    assert (arm.folder, arm.records) == ("local-cpu", "local-cpu/linux-arm64")  # one Dockerfile for both (issue 22)
+    assert (key.manifest_name, arm.manifest_name) == ("manifest.json", "manifest.linux-arm64.json")
     assert arm.smoke_dir(Path("/r")) == Path("/r/build/smoke/local-cpu/linux-arm64")
     assert arm.publish_dir(Path("/r")) == Path("/r/build/publish/local-cpu/linux-arm64")
     assert arm.tags("abc", ["{target}-rc1"]) == [

@@ -23,7 +23,8 @@ def test_local_cpu_lists_two_platforms_and_arm64_records_its_torch(matrix) -> No
     target = matrix.target("local-cpu")
     assert target.oci_platforms == ("linux/amd64", "linux/arm64")
     amd, arm = (plan_for(matrix, target, oci=oci) for oci in target.oci_platforms)
-    assert (amd.out_dir, arm.out_dir) == ("dockerfiles/local-cpu", "dockerfiles/local-cpu/linux-arm64")
+    assert (amd.out_dir, arm.out_dir) == ("dockerfiles/local-cpu", "dockerfiles/local-cpu")  # one Dockerfile (issue 22)
+    assert arm.manifest_path == "dockerfiles/local-cpu/manifest.linux-arm64.json"
     assert amd.manifest["platform"]["oci"] == "linux/amd64" and amd.manifest["platform"]["oci_notes"] == []
     assert arm.manifest["platform"]["oci"] == "linux/arm64"
     assert arm.manifest["torch"]["version"] == "2.10.0" != amd.manifest["torch"]["version"]

@@ -80,7 +80,7 @@ def plan_target(
     if target_plan.default:
         files = {name: _read(target_plan.root / target_plan.out_dir / name) for name in ("Dockerfile", "manifest.json")}
     else:
-        rendered = files = dict(render_plan(target_plan).files)
+        rendered = files = dict(render_plan(target_plan, matrix).files)
     return BuildSpec(
         target=target_plan.image.name,
         platform=target_plan.oci,
@@ -93,7 +93,7 @@ def plan_target(
         cache_to=list(options.cache_to),
         builder=options.builder,
         no_cache=options.no_cache,
-        wheels=torch_wheels(target, env) if "build/wheelhouse" in files["Dockerfile"] else [],
+        wheels=torch_wheels(target, env) if _from_wheelhouse(target, files["Dockerfile"]) else [],
         render_dir=None if target_plan.default else target_plan.dockerfile.parent,
         rendered_files=rendered,
         log_path=target_plan.log_path,
@@ -114,6 +114,11 @@ def plan(
         for target in targets
         for oci in oci_platforms(target, options.platforms)
     ]
+
+
+def _from_wheelhouse(target: Target, dockerfile: str) -> bool:
+    """The target's torch (on its OCI platform) comes from the staged wheelhouse the Dockerfile mounts."""
+    return bool(target.torch_build.find_links) and "build/wheelhouse" in dockerfile
 
 
 def _read(path: Path) -> str:

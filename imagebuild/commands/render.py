@@ -75,11 +75,15 @@ def command(
             render.check(matrix, selected, out_dir or render.default_out_dir(matrix), all_targets=not targets)
         else:
             render.raise_on_drift(
-                [line for p in plans for line in render.differences(render.render_plan(p).files, _dest(p, out_dir))]
+                [
+                    line
+                    for p in plans
+                    for line in render.differences(render.render_plan(p, matrix).files, _dest(p, out_dir))
+                ]
             )
         click.echo(f"{len(selected)} target(s) up to date")
         return
-    rendered = [(plan, render.render_plan(plan)) for plan in plans]  # all in memory before any file is written
+    rendered = [(plan, render.render_plan(plan, matrix)) for plan in plans]  # all in memory before any file is written
     files = {_dest(plan, out_dir) / name: text for plan, item in rendered for name, text in item.files.items()}
     changed = write_all(files)  # every target's files or none
     for plan, item in rendered:

@@ -4,7 +4,8 @@ The one place of the naming rules; nothing else derives a name, a tag, a folder 
 - the target's first OCI platform keeps the plain name; every other adds `-<os>-<arch>` (`local-cpu-linux-arm64`);
 - an arch resolution other than the matrix default adds `-<arches>` (`rocm6.1-torch2.3-gfx942`), before the
   platform's suffix, so its tags and records never take the place of the matrix default's;
-- files (dockerfiles/, build/render/) live under the folder `<target>` or `<target>/<os>-<arch>`; records
+- files (dockerfiles/, build/render/) live under the folder `<target>`, one Dockerfile for every OCI platform and
+  one manifest per platform (`manifest.json` for the first, `manifest.<os>-<arch>.json` for the others); records
   (build/smoke/, build/publish/) under `<variant>` or `<variant>/<os>-<arch>`, the variant being the target name
   with its arch suffix.
 What a name promises (the arches and OCI platforms a public tag stands for) is `promise`, checked by publish.
@@ -95,8 +96,15 @@ class ImageKey:
 
     @property
     def folder(self) -> str:
-        """Where its files are rendered (below dockerfiles/ or build/render/): `<target>[/<os>-<arch>]`."""
-        return self.target if self.primary else f"{self.target}/{slug(self.oci)}"
+        """Where its files are rendered (below dockerfiles/ or build/render/): `<target>`, the same for every OCI
+        platform (one Dockerfile serves them all)."""
+        return self.target
+
+    @property
+    def manifest_name(self) -> str:
+        """Its manifest's file name in the folder: `manifest.json`, `manifest.<os>-<arch>.json` past the first
+        platform."""
+        return "manifest.json" if self.primary else f"manifest.{slug(self.oci)}.json"
 
     @property
     def records(self) -> str:

@@ -76,7 +76,7 @@ class TargetPlan:
 
     @property
     def key(self) -> str:
-        """The folder of its files (ImageKey.folder): `<target>` or `<target>/<os>-<arch>`."""
+        """The folder of its files (ImageKey.folder): `<target>` on every OCI platform."""
         return self.image.folder
 
     @property
@@ -91,7 +91,7 @@ class TargetPlan:
     @property
     def manifest_path(self) -> str:
         """Where the Dockerfile COPYs the manifest from, relative to the build context."""
-        return f"{self.out_dir}/manifest.json"
+        return f"{self.out_dir}/{self.image.manifest_name}"
 
     @property
     def log_path(self) -> Path:

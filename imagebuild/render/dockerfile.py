@@ -20,6 +20,7 @@ from imagebuild.lock import stages as lock_stages
 from imagebuild.matrix import Matrix, Target, TgiRuntime
 from imagebuild.matrix.arches import Resolution
 from imagebuild.plan.target_plan import COMMITTED_DIR, TargetPlan, image_ref, plan_for
+from imagebuild.render import platforms
 from imagecontract.atomic import write_atomic
 
 RENDERED_FILES = ("Dockerfile", "manifest.json")
@@ -236,8 +237,22 @@ def _context(plan: TargetPlan, sets: dict[str, tuple[str, str]] | None = None) -
     }
 
 
-def render_plan(plan: TargetPlan) -> Rendered:
-    """Render one plan's Dockerfile and manifest in memory."""
+def render_plan(plan: TargetPlan, matrix: Matrix | None = None) -> Rendered:
+    """Render one plan's Dockerfile and manifest in memory.
+
+    A target whose pip steps all cross-install (render/platforms.py) has one Dockerfile for all its OCI platforms,
+    rendered from every platform's plan: that needs the matrix.
+    """
+    if platforms.one_dockerfile(plan.target):
+        if matrix is None:
+            raise ConfigError(f"target {plan.name}: its one Dockerfile for every OCI platform needs the matrix")
+        return _render_cross(matrix, plan)
+    if len(plan.target.oci_platforms) > 1:
+        raise ConfigError(
+            f"target {plan.name} lists {len(plan.target.oci_platforms)} OCI platforms and one Dockerfile serves them "
+            f"all, but its steps cannot be placed from the build platform: {platforms.cross_reason(plan.target)}",
+            hint="list one OCI platform for it (targets: oci_platforms in matrix.yaml)",
+        )
     env = environment(plan.root / "dockerfiles" / "templates")
     try:
         sets = _locked_sets(plan)
@@ -248,6 +263,18 @@ def render_plan(plan: TargetPlan) -> Rendered:
     notes = [f"{name}: {comp.reason}" for name, comp in plan.resolution.components.items() if comp.reason]
     files = {"Dockerfile": dockerfile, "manifest.json": manifest_text}
     files.update({name: text for name, text in sets.values()})
+    return Rendered(plan.key, files, plan.resolution, notes)
+
+
+def _render_cross(matrix: Matrix, plan: TargetPlan) -> Rendered:
+    try:
+        _plans, dockerfile = platforms.render_cross(matrix, plan)
+    except jinja2.TemplateError as exc:
+        raise ConfigError(f"template error while rendering {plan.name}: {exc}") from None
+    notes = [f"{name}: {comp.reason}" for name, comp in plan.resolution.components.items() if comp.reason]
+    manifest = json.dumps(plan.manifest, indent=2, sort_keys=True) + "\n"
+    files = {"Dockerfile": dockerfile, plan.image.manifest_name: manifest}
+    files.update({name: text for name, text in platforms.locked_sets(plan).values()})
     return Rendered(plan.key, files, plan.resolution, notes)
 
 
@@ -267,7 +294,7 @@ def render_target(
 ) -> Rendered:
     """Render target under resolution; `manifest_path` (relative to the repository) names the plan's directory."""
     out_dir = manifest_path.rsplit("/", 1)[0] if manifest_path else None
-    return render_plan(plan_for(matrix, target, resolution, out_dir=out_dir))
+    return render_plan(plan_for(matrix, target, resolution, out_dir=out_dir), matrix)
 
 
 def write_if_changed(path: Path, text: str) -> bool:
@@ -291,7 +318,7 @@ def write_rendered(rendered: Rendered, out_dir: Path) -> list[Path]:
 def render_all(matrix: Matrix, targets: list[Target]) -> list[Rendered]:
     """Render every target, on every OCI platform it lists, in memory first, so a failure leaves no file half
     written."""
-    return [render_plan(plan_for(matrix, t, oci=oci)) for t in targets for oci in t.oci_platforms]
+    return [render_plan(plan_for(matrix, t, oci=oci), matrix) for t in targets for oci in t.oci_platforms]
 
 
 def differences(files: dict[str, str], directory: Path) -> list[str]:
@@ -312,15 +339,22 @@ def drift(matrix: Matrix, rendered: list[Rendered], out_dir: Path) -> list[str]:
 
 
 def stale(matrix: Matrix, out_dir: Path) -> list[str]:
-    """Rendered directories of targets the matrix no longer has (they would keep being built and linted)."""
+    """Rendered directories of targets the matrix no longer has (they would keep being built and linted), and
+    per-platform Dockerfile copies under a target's folder (one Dockerfile serves every OCI platform)."""
     names = {t.name for t in matrix.targets}
     if not out_dir.is_dir():
         return []
-    return [
+    found = [
         f"{path} (no target '{path.name}' in the matrix)"
         for path in sorted(out_dir.iterdir())
         if path.is_dir() and path.name != "templates" and path.name not in names and (path / "Dockerfile").exists()
     ]
+    found += [
+        f"{copy} (a per-platform copy: dockerfiles/{copy.parent.parent.name}/Dockerfile serves every platform)"
+        for name in sorted(names)
+        for copy in sorted((out_dir / name).glob("*/Dockerfile"))
+    ]
+    return found
 
 
 def check(matrix: Matrix, targets: list[Target], out_dir: Path, *, all_targets: bool = True) -> None:
