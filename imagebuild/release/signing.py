@@ -19,6 +19,7 @@ import click
 
 from imagebuild.engine.cosign import CosignError, Signer, Verifier, read_password, sign
 from imagebuild.engine.cosign import attest as cosign_attest
+from imagebuild.engine.docker import remove_container
 from imagebuild.engine.registry import Registry, RegistryError, RepoRef
 from imagebuild.errors import ConfigError, PublishFailed
 from imagebuild.release import attest
@@ -79,7 +80,7 @@ def read_image_file(client: docker.DockerClient, image_id: str, path: str) -> by
     except NotFound:
         return None
     finally:
-        container.remove(force=True)
+        remove_container(container)  # with the anonymous volume its create made (the image's VOLUME /data)
 
 
 def _write(out_dir: Path, name: str, predicate_type: str, ref: str, digest: str, predicate: dict[str, Any]) -> Path:

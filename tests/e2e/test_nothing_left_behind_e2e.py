@@ -93,3 +93,26 @@ def test_every_path_removes_its_container_and_anonymous_volume(no_python: str, t
     assert kept == [], f"anonymous volumes left behind: {kept}"
     for image in images:
         assert _docker("ps", "-a", "-q", "--filter", f"ancestor={image}").stdout.strip() == ""
+
+
+def test_a_created_never_started_container_leaves_no_volume(no_python: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """signing.read_image_file reads a file from a created container: its create makes the /data volume (no
+    mount event: accounted through the container's own Mounts, recorded as it is created)."""
+    from docker.models.containers import ContainerCollection
+
+    from imagebuild.engine import docker as engine
+    from imagebuild.release import signing
+
+    seen: list[str] = []
+    create = ContainerCollection.create
+
+    def recording(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202 - the real create, volumes noted
+        container = create(self, *args, **kwargs)
+        container.reload()
+        seen.extend(m["Name"] for m in container.attrs.get("Mounts", []) if m.get("Type") == "volume")
+        return container
+
+    monkeypatch.setattr(ContainerCollection, "create", recording)
+    assert signing.read_image_file(engine.docker_client(), no_python, "/etc/debian_version")
+    assert seen, "the test image declares VOLUME /data: its create made a volume"
+    assert [v for v in seen if _docker("volume", "inspect", v).returncode == 0] == []
