@@ -64,9 +64,11 @@ def test_numeric_variables_are_ascii_digits_or_a_located_error(raw: str, monkeyp
         (["render", "local-cpu", "--platform", " ", "--dry-run"], "--platform is empty"),
         (["smoke", "local-cpu", "--platform", ""], "--platform is empty"),
         (["publish", "local-cpu", "--registry", "127.0.0.1:1/x", "--platform", "linux//"], "not OS/ARCH"),
+        (["publish", "local-cpu", "--registry", "127.0.0.1:1/x", "--tag", "bad tag!"], "is not a tag"),
+        (["publish", "local-cpu", "--registry", "127.0.0.1:1/x", "--tag", "a" * 129], "is not a tag"),
     ],
 )
-def test_empty_or_repeated_platforms_are_refused(cli_subprocess, args: list[str], words: str) -> None:  # noqa: ANN001
+def test_empty_or_repeated_platforms_and_bad_tags_are_refused(cli_subprocess, args: list[str], words: str) -> None:  # noqa: ANN001
     result = cli_subprocess(*args, env={"DOCKER_HOST": "tcp://127.0.0.1:1"})
     assert result.exit_code == 2, result.stderr
     lines = result.stderr.strip().splitlines()

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from imagebuild.commands.common import check_writable, one_line, platform_option, warn
-from imagebuild.engine.reference import image_or_dash_argument
+from imagebuild.engine.reference import image_or_dash_argument, tag_option
 from imagebuild.engine.registry import RepoRef
 from imagebuild.errors import ConfigError, ImagebuildError
 from imagebuild.plan.keys import named
@@ -36,7 +36,9 @@ from imagebuild.release.signing_options import Signing, signing_options
     help="Smoke report(s) that must all pass for this image (default: search build/smoke).",
 )
 @click.option("--out", "out_path", type=click.Path(path_type=Path, dir_okay=False), help="The publish report.")
-@click.option("--tag", "tags", multiple=True, help="Public tag (default: the image's imagebuild tags).")
+@click.option(
+    "--tag", "tags", multiple=True, callback=tag_option, help="Public tag (default: the image's imagebuild tags)."
+)
 @click.option(
     "--platform",
     "platforms",

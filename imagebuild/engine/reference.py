@@ -64,6 +64,20 @@ def image_argument(ctx: click.Context, param: click.Parameter, value: str | None
     return value
 
 
+_TAG_ONLY = re.compile(_TAG, re.ASCII)
+
+
+def tag_option(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    """click callback for a repeatable `--tag`: each one a tag of the reference grammar (`[A-Za-z0-9_]` then
+    up to 127 of `[A-Za-z0-9_.-]`; `{target}` is filled in first, as build does), refused at parse time, not at
+    the manifest upload."""
+    for item in value:
+        if not _TAG_ONLY.fullmatch(item.replace("{target}", "t")):
+            shown = item if len(item) <= _QUOTE_MAX else item[:_QUOTE_MAX] + "..."
+            raise ConfigError(f"--tag {shown!r} is not a tag (letters, digits, '_', '.', '-'; at most 128)")
+    return value
+
+
 def image_or_dash_argument(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """As image_argument, with `-` allowed (publish --promote --index-of takes its images from the option)."""
     return value if value == "-" else image_argument(ctx, param, value)
