@@ -34,7 +34,7 @@ def dockerfile_stages(text: str) -> dict[str, tuple[str, dict[str, str]]]:
     found: dict[str, tuple[str, dict[str, str]]] = {}
     current = None
     for line in text.replace("\\\n", " ").splitlines():
-        if match := re.match(r"^FROM (\S+) AS (\S+)$", line):
+        if match := re.match(r"^FROM (?:--platform=\S+ )?(\S+) AS (\S+)$", line):
             current = match.group(2)
             found[current] = (match.group(1), {})
         elif current and line.startswith("ENV "):
@@ -45,7 +45,8 @@ def dockerfile_stages(text: str) -> dict[str, tuple[str, dict[str, str]]]:
 
 
 def dockerfile_labels(text: str) -> dict[str, str]:
-    (label,) = re.findall(r"^LABEL (.*?)(?<!\\)$", text.replace("\\\n", " "), flags=re.M)
+    """The LABEL of the Dockerfile's first OCI platform (a Dockerfile of several has one final-<arch> LABEL each)."""
+    label = re.findall(r"^LABEL (.*?)(?<!\\)$", text.replace("\\\n", " "), flags=re.M)[0]
     return {k: json.loads(v) for k, v in re.findall(r'(\S+?)=("(?:[^"\\]|\\.)*")', label)}
 
 

@@ -84,6 +84,7 @@ def plan_target(
     return BuildSpec(
         target=target_plan.image.name,
         platform=target_plan.oci,
+        source_date_epoch=git.epoch,
         context=target_plan.root,
         dockerfile=target_plan.dockerfile,
         tags=target_plan.tags(git, options.tags),

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from imagebuild.build import post_cache
 from imagebuild.build.buildkit import (
     TargetResult,
     raise_on_failure,
@@ -168,11 +169,16 @@ def command(  # noqa: PLR0913
         click.echo(f"building {len(specs)} target(s) with {engine.describe()}", err=True)
         with progress:
             results = run_builds(specs, engine, secret_set, jobs, progress.line, progress.done)
-        for line in add_coverage(engine, results, matrix.path, report):  # arch-coverage.json; a gap: exit 3
+        # What depends only on the built image ID is not redone for the same ID (build/post_cache.py, issue 22).
+        built = {r.target: r.image_id for r in results}
+        todo = post_cache.reuse(engine, results, report)
+        for line in add_coverage(engine, todo, matrix.path, report):  # arch-coverage.json; a gap: exit 3
             warn(line)  # an image without python3: not scanned, said here and in the report
-        add_sboms(engine, results, matrix.path, report)  # the SBOM layer: /opt/imagebuild/sbom.json (issue 16)
+        add_sboms(engine, todo, matrix.path, report)  # the SBOM layer: /opt/imagebuild/sbom.json (issue 16)
         # size and budget (matrix size_budgets): the largest layers with their steps; over budget: exit 3
-        add_sizes(specs, results, matrix.model.size_budgets, {t.name for t in matrix.targets})
+        by_name = {spec.target: spec for spec in specs}
+        add_sizes([by_name[r.target] for r in todo], todo, matrix.model.size_budgets, {t.name for t in matrix.targets})
+        post_cache.remember(built, todo, report)
         write_report(report, engine, results, matrix.path.resolve().parent)
         click.echo(f"build report: {report}")
         raise_on_failure(results, report)

@@ -21,6 +21,11 @@ class GitInfo:
     short: str
     created: str
 
+    @property
+    def epoch(self) -> int:
+        """The commit time in seconds: SOURCE_DATE_EPOCH of its builds (reproducible timestamps)."""
+        return int(datetime.fromisoformat(self.created).timestamp())
+
     @classmethod
     def read(cls, repo: Path) -> GitInfo:
         def git(*args: str) -> str:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from imagebuild.errors import ConfigError
 from imagebuild.matrix import TgiRuntime
 from imagebuild.matrix.oci import for_oci
+from imagebuild.plan import cross
 from imagebuild.plan.image_key import ImageKey, arch_variant
 from imagebuild.plan.manifest import manifest as build_manifest
 from imagecontract.models import Manifest, ModelError
@@ -183,6 +184,13 @@ def image_ref(image: str, digest: str | None) -> str:
 def _stages(target: Target, resolution: Resolution) -> tuple[Stage, ...]:
     """The stages the Dockerfile has, in order, each with the arch variables it sets (and only those)."""
     platform, runtime = target.platform, target.runtime
+    if cross.one_dockerfile(target):  # one Dockerfile for every OCI platform (plan/cross.py)
+        included = [n for n, _ in target.components if (c := resolution.components.get(n)) is not None and c.included]
+        own = image_ref(platform.base_image, platform.base_digest)
+        return tuple(
+            Stage(name, own if parent == f"@{target.oci_platform}" else parent.replace("@", "base image of "))
+            for name, parent in cross.stage_names(target, included)
+        )
     stages = [Stage("base", image_ref(platform.base_image, platform.base_digest))]
     torch_env = dict(resolution.components["pytorch"].env) if "pytorch" in resolution.components else {}
     if target.torch_build.obtain == "source":

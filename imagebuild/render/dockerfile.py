@@ -267,14 +267,19 @@ def render_plan(plan: TargetPlan, matrix: Matrix | None = None) -> Rendered:
 
 
 def _render_cross(matrix: Matrix, plan: TargetPlan) -> Rendered:
+    """The one Dockerfile of every OCI platform of plan's target (templates/cross/), plan's manifest and sets."""
+    plans = platforms.sibling_plans(matrix, plan)
+    oci = [platforms.platform_context(each, _locked_sets(each)) for each in plans]
     try:
-        _plans, dockerfile = platforms.render_cross(matrix, plan)
+        context = {**_context(plans[0]), "oci": oci, "locked_build": oci[0]["locked"]}
+        env = environment(plan.root / "dockerfiles" / "templates")
+        dockerfile = env.get_template(platforms.TEMPLATE).render(**context)
     except jinja2.TemplateError as exc:
         raise ConfigError(f"template error while rendering {plan.name}: {exc}") from None
     notes = [f"{name}: {comp.reason}" for name, comp in plan.resolution.components.items() if comp.reason]
     manifest = json.dumps(plan.manifest, indent=2, sort_keys=True) + "\n"
     files = {"Dockerfile": dockerfile, plan.image.manifest_name: manifest}
-    files.update({name: text for name, text in platforms.locked_sets(plan).values()})
+    files.update({name: text for name, text in platforms.renamed(plan, _locked_sets(plan)).values()})
     return Rendered(plan.key, files, plan.resolution, notes)
 
 

@@ -1,0 +1,115 @@
+"""The work after a build that depends only on the image BuildKit gave (issue 22): arch coverage and its layer, the
+SBOM and its layer, the size record. For the same built image ID, with the same code doing that work, it is not
+redone: the final image of last time gets the tags again (Engine API calls, no process) and the result its records.
+
+One record per image beside the build report (`post/<name>.json`): the built ID, the final ID, the key (a checksum
+of the hooks' own source files, so a changed scanner or SBOM writer runs again), the coverage path and size record.
+A record whose final image is gone, or whose coverage document is missing, is not used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from imagecontract.atomic import write_atomic
+
+if TYPE_CHECKING:
+    from imagebuild.build.buildkit import TargetResult
+    from imagebuild.engine.docker import Engine
+
+_ROOT = Path(__file__).resolve().parents[2]
+HOOK_SOURCES = (
+    "imagecontract/coverage.py",
+    "imagebuild/prove/coverage.py",
+    "imagebuild/release/sbom.py",
+    "imagebuild/release/sbom_image.py",
+    "imagebuild/build/sizes.py",
+    "imagebuild/build/post_cache.py",
+)
+MAX_RECORD = 256 * 1024
+
+
+def hooks_key() -> str:
+    digest = hashlib.sha256()
+    for name in HOOK_SOURCES:
+        path = _ROOT / name
+        digest.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"-") + b"\0")
+    return digest.hexdigest()
+
+
+def record_path(report: Path, target: str) -> Path:
+    return report.parent / "post" / f"{target}.json"
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        if path.stat().st_size > MAX_RECORD:
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _retag(engine: Engine, image: str, tags: list[str]) -> bool:
+    from imagebuild.engine import api, cli
+
+    for tag in tags:
+        done = api.tag(image, tag)
+        if done is None:  # not a unix-socket engine: the CLI
+            try:
+                cli.docker(engine, "tag", image, tag)
+            except cli.CliError:
+                return False
+        elif not done:
+            return False
+    return True
+
+
+def reuse(engine: Engine, results: list[TargetResult], report: Path) -> list[TargetResult]:
+    """Restore every successful result whose post-build work is recorded for its image ID; the others, to do."""
+    key = hooks_key()
+    todo = []
+    for result in results:
+        if not (result.ok and result.image_id and result.tags):
+            todo.append(result)
+            continue
+        record = _read(record_path(report, result.target))
+        ok = (
+            record is not None
+            and record.get("built") == result.image_id
+            and record.get("key") == key
+            and isinstance(record.get("final"), str)
+            and (not record.get("coverage_file") or Path(str(record["coverage_file"])).is_file())
+        )
+        if ok and record is not None and _retag(engine, str(record["final"]), result.tags):
+            result.image_id = str(record["final"])
+            result.coverage = record.get("coverage")
+            result.size = record.get("size")
+            continue
+        todo.append(result)
+    return todo
+
+
+def remember(built: dict[str, str | None], results: list[TargetResult], report: Path) -> None:
+    """Record the post-build outcome of each result that went through the hooks and stayed ok."""
+    key = hooks_key()
+    for result in results:
+        before = built.get(result.target)
+        if not (result.ok and before and result.image_id):
+            continue
+        coverage = result.coverage
+        record = {
+            "built": before,
+            "final": result.image_id,
+            "key": key,
+            "coverage": coverage,
+            "coverage_file": coverage if coverage and Path(coverage).is_file() else None,
+            "size": result.size,
+        }
+        path = record_path(report, result.target)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps(record, indent=1) + "\n")

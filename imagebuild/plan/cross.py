@@ -1,0 +1,67 @@
+"""Which targets have one Dockerfile for every OCI platform with their pip steps cross-installed (issue 22), and the
+stages that Dockerfile has (render/platforms.py renders it; the plan's stage table is read off the same list).
+
+A target qualifies when nothing of its image compiles against the image's torch: a CPU platform, a torch wheel,
+pure-Python (CPU-only kernels) components and a pip runtime. Its target-platform stages install only the system
+packages; everything pip places runs on $BUILDPLATFORM.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from imagebuild.errors import ConfigError
+
+if TYPE_CHECKING:
+    from imagebuild.matrix import Target
+
+# OCI architecture (${TARGETARCH}) -> the machine name in wheel platform tags
+WHEEL_ARCH = {"amd64": "x86_64", "arm64": "aarch64", "ppc64le": "ppc64le", "s390x": "s390x"}
+
+
+def oci_arch(oci: str) -> str:
+    """linux/arm64 -> arm64, linux/arm64/v8 -> arm64: the value of ${TARGETARCH} (a stage-name suffix)."""
+    parts = oci.split("/")
+    if len(parts) < 2 or parts[0] != "linux" or parts[1] not in WHEEL_ARCH:
+        known = ", ".join(f"linux/{a}" for a in WHEEL_ARCH)
+        raise ConfigError(f"OCI platform {oci}: no wheel tags known for it (known: {known})")
+    return parts[1]
+
+
+def cross_reason(target: Target) -> str | None:
+    """Why target's pip steps cannot all run on the build platform (None: they can)."""
+    kind = target.platform.kind
+    if kind != "cpu":
+        return f"a {kind} image compiles its components against torch in the image"
+    if target.torch_build.obtain != "wheel":
+        return "torch is built from source"
+    if target.runtime is None:
+        return "it has no pip runtime"
+    if target.runtime.kind != "pip":
+        return f"the {target.runtime.kind} runtime builds in the image"
+    for name, component in target.components:
+        if component.kind != "kernels":
+            return f"component {name} ({component.kind}) compiles in the image"
+    return None
+
+
+def one_dockerfile(target: Target) -> bool:
+    """Whether target renders through dockerfiles/templates/cross/ (one Dockerfile for all its OCI platforms)."""
+    return cross_reason(target) is None
+
+
+def stage_names(target: Target, components: list[str]) -> list[tuple[str, str]]:
+    """(stage, what it starts FROM) of the cross Dockerfile, in its order; `@<oci>` stands for that platform's base
+    image (only the plan of that platform knows it) and components are the included ones."""
+    arches = [oci_arch(oci) for oci in target.oci_platforms]
+    stages = [(f"os-{a}", f"@{oci}") for a, oci in zip(arches, target.oci_platforms, strict=True)]
+    stages.append(("build-base", "os-${BUILDARCH}"))
+    stages += [(f"apt-{a}", "os-${BUILDARCH}") for a in arches] + [("apt", "apt-${TARGETARCH}")]
+    stages.append(("base", "os-${TARGETARCH}"))
+    stages += [(f"torch-{a}", "build-base") for a in arches]
+    stages += [(f"component-{name}", "build-base") for name in components]
+    stages += [(f"venv-{a}", f"torch-{a}") for a in arches]
+    stages += [(f"manifest-{a}", "scratch") for a in arches]
+    stages += [("venv", "venv-${TARGETARCH}"), ("manifest", "manifest-${TARGETARCH}")]
+    stages += [(f"final-{a}", "base") for a in arches] + [("final", "final-${TARGETARCH}")]
+    return stages
