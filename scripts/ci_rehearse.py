@@ -30,6 +30,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -337,7 +338,7 @@ class Rehearsal:
         argv = [self.docker, "run", "-d", "--rm", "--name", self.container, "--network", "host", "--init"]
         argv += [a for m in mounts for a in ("-v", m)]
         argv += ["--cpus", str(self.args.cpus)] if self.args.cpus else []
-        proc = self._run([*argv, image, "sleep", "infinity"], timeout=120)
+        proc = self._run([*argv, image, "sleep", str(self.args.lifetime)], timeout=120)  # --rm: it goes then
         if proc.returncode != 0:
             raise SetupError(f"could not start the runner container: {proc.stderr.strip()[-500:]}")
 
@@ -750,6 +751,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cpus", type=float, default=0, help="limit the runner container's CPUs")
     p.add_argument("--report", default="", help="JSON report of every leg and step")
     p.add_argument("--keep", action="store_true", help="keep the container and folders")
+    p.add_argument("--lifetime", type=int, default=4 * 3600, help="seconds the runner container lives at most")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", args.prefix):
@@ -761,8 +763,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _terminate(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)  # runs the cleanup: the container goes, and with it what still runs there
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         return Rehearsal(args).run()
     except (SetupError, ExprError, OSError, yaml.YAMLError) as exc:

@@ -31,9 +31,16 @@ def rehearse(
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     report = tmp_path / "rehearsal.json"
     argv = [sys.executable, str(REPO / "scripts" / "ci_rehearse.py"), "--prefix", "imagebuild-rehearsal-test"]
-    proc = subprocess.run(
-        [*argv, "--report", str(report), *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
+    child = subprocess.Popen(
+        [*argv, "--report", str(report), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO
     )
+    try:
+        out, err = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        child.terminate()  # SIGTERM: the rehearsal removes its container (and what still runs there)
+        out, err = child.communicate(timeout=120)
+        pytest.fail(f"the rehearsal took more than {timeout} s: {err[-3000:]}")
+    proc = subprocess.CompletedProcess(child.args, child.returncode, out, err)
     return proc, json.loads(report.read_text()) if report.exists() else {}
 
 
