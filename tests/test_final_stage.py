@@ -26,4 +26,3 @@ def test_cuda_final_stage_is_the_runtime_base_with_the_venv_copied_in() -> None:
 def test_rocm_final_stage_stays_on_the_torch_stage_as_upstream() -> None:
     """TGI@232e8d52:Dockerfile_amd:163 ships the ROCm dev base (`FROM base as base-copy`)."""
     assert _final("rocm6.1-torch2.3").splitlines()[1] == "FROM torch AS final"
-    assert _final("local-cpu").splitlines()[1] == "FROM torch AS final"
