@@ -276,6 +276,7 @@ NOT_INJECTED = {
     "ComponentOnOci.unavailable": "unset in matrix.yaml; a reason (Text: no newline) for errors and the manifest",
     "RuntimeOnOci.unavailable": "unset in matrix.yaml; a reason (Text: no newline) for errors and the manifest",
     "PlatformOnOci.base_digest": "unset in matrix.yaml; a Digest (sha256: and 64 hex digits) holds no shell character",
+    "SizeBudget.compressed_mb": "unset in matrix.yaml; an int (ge=1), never rendered into a Dockerfile or shell line",
 }
 
 
