@@ -32,7 +32,7 @@ class StandInContainer:
     def logs(self, **_: object) -> bytes:
         return b"smoke: passed\n"
 
-    def remove(self, force: bool = False) -> None:
+    def remove(self, force: bool = False, v: bool = False) -> None:
         return None
 
 
