@@ -24,7 +24,7 @@ from imagebuild.build.buildkit import (
 from imagebuild.build.secrets import Secrets, check_secret_flags, collect_secrets
 from imagebuild.build.sizes import add_sizes
 from imagebuild.build.specs import PlanOptions, plan
-from imagebuild.commands.common import echo_plans, platform_option, warn
+from imagebuild.commands.common import echo_plans, platforms_option, warn
 from imagebuild.engine.docker import Engine, find_engine
 from imagebuild.prove.coverage import add_coverage
 from imagebuild.release.sbom_image import add_sboms
@@ -109,13 +109,7 @@ class RichProgress(PlainProgress):
 @click.option("--cache-to", multiple=True, help="Registry cache to write (passed to BuildKit).")
 @click.option("--builder", help="A buildx builder (e.g. a remote BuildKit).")
 @click.option("--no-cache", is_flag=True, help="Build every step again (cold build timing).")
-@click.option(
-    "--platform",
-    "platforms",
-    multiple=True,
-    callback=platform_option,
-    help="OCI platform to build (linux/arm64; repeatable); default: every one the target lists.",
-)
+@platforms_option("OCI platform to build (linux/arm64; repeatable); default: every one the target lists.")
 @click.option("--tag", "tags", multiple=True, help="Extra tag; may contain {target}.")
 @click.option("--secret", "secrets", multiple=True, help="Extra BuildKit secret: id=NAME,src=FILE or id=NAME,env=VAR.")
 @click.pass_obj

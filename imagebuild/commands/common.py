@@ -8,9 +8,9 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -20,6 +20,8 @@ from imagecontract.atomic import check_output
 
 if TYPE_CHECKING:
     from imagebuild.plan.target_plan import TargetPlan
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def matrix_from(ctx: click.Context) -> Matrix:
@@ -110,6 +112,12 @@ def platform_option(ctx: click.Context, param: click.Parameter, value: tuple[str
             raise ConfigError(f"--platform {item} given twice")
         seen.add(item)
     return value
+
+
+def platforms_option(help: str) -> Callable[[F], F]:
+    """The repeatable `--platform` option every command that acts per OCI platform takes (checked by
+    platform_option), as `platforms`."""
+    return click.option("--platform", "platforms", multiple=True, callback=platform_option, help=help)
 
 
 MAX_ERROR = 300  # characters of an error line: a hostile input is quoted, never copied whole

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from imagebuild.commands.common import check_writable, one_line, platform_option, warn
+from imagebuild.commands.common import check_writable, one_line, platforms_option, warn
 from imagebuild.engine.reference import image_or_dash_argument, tag_option
 from imagebuild.engine.registry import RepoRef
 from imagebuild.errors import ConfigError, ImagebuildError
@@ -39,13 +39,7 @@ from imagebuild.release.signing_options import Signing, signing_options
 @click.option(
     "--tag", "tags", multiple=True, callback=tag_option, help="Public tag (default: the image's imagebuild tags)."
 )
-@click.option(
-    "--platform",
-    "platforms",
-    multiple=True,
-    callback=platform_option,
-    help="TARGET: publish only these OCI platforms (one: that image alone; default: all, as one index).",
-)
+@platforms_option("TARGET: publish only these OCI platforms (one: that image alone; default: all, as one index).")
 @click.option(
     "--index-of",
     "index_of",

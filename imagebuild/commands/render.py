@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from imagebuild.commands.common import echo_plans, matrix_from, platform_option, warn, write_all
+from imagebuild.commands.common import echo_plans, matrix_from, platforms_option, warn, write_all
 from imagebuild.errors import CheckFailed, ConfigError
 from imagebuild.matrix import Matrix, Target
 from imagebuild.plan.target_plan import TargetPlan, oci_platforms, on_oci, plan_for
@@ -30,13 +30,7 @@ from imagebuild.render import dockerfile as render
 @click.option("--arch", "arch_arg", help="Render for this arch list instead of the matrix default.")
 @click.option("--allow-experimental", is_flag=True, help="Accept experimental arches (with --arch).")
 @click.option("--dry-run", is_flag=True, help="Print each target's plan and where its files go; write nothing.")
-@click.option(
-    "--platform",
-    "platforms",
-    multiple=True,
-    callback=platform_option,
-    help="OCI platform to render (linux/arm64; repeatable); default: every one the target lists.",
-)
+@platforms_option("OCI platform to render (linux/arm64; repeatable); default: every one the target lists.")
 @click.pass_context
 def command(
     ctx: click.Context,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from imagebuild.commands.common import platform_option
+from imagebuild.commands.common import platforms_option
 from imagebuild.engine.docker import GPU_KINDS, docker_client, resolve_image
 from imagebuild.engine.reference import image_argument
 from imagebuild.errors import ConfigError, ImagebuildError
@@ -37,13 +37,7 @@ def _runs(named: Named, root: Path) -> list[tuple[str, str | None, Path]]:
 @click.command("smoke")
 @click.argument("image", callback=image_argument)
 @click.option("--gpu", type=click.Choice(GPU_KINDS), default="auto", show_default=True, help="Device flags.")
-@click.option(
-    "--platform",
-    "platforms",
-    multiple=True,
-    callback=platform_option,
-    help="TARGET: smoke only this OCI platform (repeatable).",
-)
+@platforms_option("TARGET: smoke only this OCI platform (repeatable).")
 @click.option("--report", "report_path", type=click.Path(path_type=Path, dir_okay=False), help="report.json path.")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path, dir_okay=False), help="junit.xml path.")
 @click.pass_obj
