@@ -32,10 +32,11 @@ class GitInfo:
             out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
             return out.stdout.strip() if out.returncode == 0 else ""
 
-        sha = git("rev-parse", "HEAD")
-        if not sha:
+        head = git("log", "-1", "--format=%H%n%h%n%ct").splitlines()  # one process: every build runs this
+        if len(head) != 3:
             epoch = env_int("SOURCE_DATE_EPOCH", 0)
             return cls("unknown", "nogit", datetime.fromtimestamp(epoch, UTC).isoformat())
+        sha, short, commit_time = head
         dirty = "-dirty" if git("status", "--porcelain", "--untracked-files=no") else ""
-        created = datetime.fromtimestamp(int(git("log", "-1", "--format=%ct")), UTC).isoformat()
-        return cls(sha + dirty, git("rev-parse", "--short", "HEAD") + dirty, created)
+        created = datetime.fromtimestamp(int(commit_time), UTC).isoformat()
+        return cls(sha + dirty, short + dirty, created)
