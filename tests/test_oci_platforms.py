@@ -120,3 +120,32 @@ def test_names_under_oci_platforms_must_exist(old: str, new: str, error: str) ->
     message = str(exc.value)
     assert message.startswith(str(ROOT / "matrix.yaml") + ":") and "\n" not in message
     assert error in message
+
+
+def test_one_dockerfile_serves_every_platform_and_a_per_platform_copy_is_stale(matrix, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """issue 22: local-cpu's platforms share dockerfiles/local-cpu/Dockerfile; a leftover <os>-<arch>/ copy is drift."""
+    from imagebuild.render import dockerfile as render
+
+    target = matrix.target("local-cpu")
+    amd, arm = (render.render_plan(plan_for(matrix, target, oci=oci), matrix) for oci in target.oci_platforms)
+    assert amd.files["Dockerfile"] == arm.files["Dockerfile"]
+    assert "manifest.json" in amd.files and "manifest.linux-arm64.json" in arm.files
+    text = amd.files["Dockerfile"]
+    assert "FROM os-${TARGETARCH} AS base" in text and "FROM os-${BUILDARCH} AS build-base" in text
+    assert "FROM --platform=linux/arm64 " in text and "FROM --platform=linux/amd64 " in text
+    (tmp_path / "local-cpu" / "linux-arm64").mkdir(parents=True)
+    (tmp_path / "local-cpu" / "linux-arm64" / "Dockerfile").write_text("FROM scratch\n")
+    assert any("per-platform copy" in line for line in render.stale(matrix, tmp_path))
+
+
+def test_wheel_tags_cover_every_manylinux_level_of_the_glibc() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cross", ROOT / "image" / "cross" / "cross.py")
+    assert spec is not None and spec.loader is not None
+    cross = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cross)
+    tags = cross.platforms("aarch64")
+    assert tags[-2:] == ["manylinux2014_aarch64", "linux_aarch64"] and "manylinux_2_17_aarch64" in tags
+    assert "manylinux_2_28_aarch64" in tags and not any("x86_64" in t for t in tags)
+    assert "manylinux1_x86_64" in cross.platforms("x86_64")
