@@ -268,7 +268,7 @@ def test_cross_installed_venv_places_component_wheels_without_their_dependencies
         assert "--no-deps --require-hashes -r /src/runtime-pip/requirements.txt" in venv
         assert f"cross.py platforms {'x86_64' if arch == 'amd64' else 'aarch64'}" in venv
         for name, _component in target.components:
-            assert f"pip install --target /tmp/site --no-deps /tmp/wheels/component-{name}/*.whl" in venv
+            assert f"pip install --target /tmp/site --no-compile --no-deps /tmp/wheels/component-{name}/*.whl" in venv
     assert "pip install" not in stages["final"] and "COPY --from=venv /opt/venv /opt/venv" in stages["final"]
 
 
