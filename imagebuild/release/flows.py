@@ -199,7 +199,7 @@ def publish_index(client: docker.DockerClient, job: Job, keys: Sequence[ImageKey
             child.smoke_report, child.ok = str(passed.path) if passed else None, True
             child.write(child_out)
         result.platforms = {c.platform: c.digest for c in children}
-        sign = (lambda: signing.sign_index_digest(job.signing, result, out)) if job.signing.wanted else None
+        sign = (lambda: signing.sign_index_digest(job.signing, result, out, job.log)) if job.signing.wanted else None
         write_indexes(job.dest, tags, children, result, job.log, sign)
 
 
@@ -266,7 +266,7 @@ def promote_index(job: Job, source: str, staged_here: bool = False) -> bool:
             signing.sign_promote(
                 job.signing, f"{src}@{child_digest}", child, [passed] if passed else [], child_out, job.log
             )
-        signing.sign_index_digest(job.signing, result, out)
+        signing.sign_index_digest(job.signing, result, out, job.log)
 
     with job.recorded(result, out):
         # --require-signed: an index staged by this command (--index-of) is signed in dest before its tags move;
