@@ -273,8 +273,13 @@ def promote_index(job: Job, source: str, staged_here: bool = False) -> bool:
         # its children now
         for ref in [f"{src}@{d}" for d in found.values()] if staged_here else [source]:
             signing.before_promote(job.signing, ref)
-        # by config digest (graph-driver engine) or manifest digest (containerd image store)
-        passing.update({p: job.reports.first(i, found[p]) for p, i in ids.items()})
+        # by config digest (graph-driver engine) or manifest digest (containerd image store); an index of one
+        # platform is that platform's image as the containerd store keeps it with BuildKit's attestations beside
+        # it, and smoke recorded the index's own digest (issue 22)
+        sole = (reference,) if len(found) == 1 else ()
+        passing.update({p: job.reports.first(i, found[p], *sole) for p, i in ids.items()})
+        if sole and (passed := next(iter(passing.values()))) is not None:
+            result.image_id = passed.report.image_id
         for platform, report in passing.items():
             if report is None and not job.allow_unsmoked:
                 raise PublishFailed(
