@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from imagebuild.engine.registry import Registry, RepoRef
+from imagebuild.engine.registry import Registry, RegistryError, RepoRef
 from imagebuild.errors import ConfigError, PublishFailed
 from imagebuild.matrix.oci import slug
 from imagebuild.release import signing_options as signing
@@ -236,6 +236,21 @@ def promote_one(job: Job, source: str) -> None:
         result.digest_ref = f"{job.dest}@{result.digest}"
 
 
+def _smoked_as_index(job: Job, registry: Registry, src: RepoRef, platform: str, child: str) -> Passed | None:
+    """A passing report whose image ID is a one-platform index in src listing exactly this child: the containerd
+    image store keeps a platform's image as such an index when BuildKit attached attestations (issue 22)."""
+    for path, report in job.reports.documents:
+        if report is None or report.refusal() is not None or not report.image_id.startswith("sha256:"):
+            continue
+        try:
+            listed = index_children(registry, src, report.image_id)
+        except (RegistryError, ValueError):  # not in src, or not a manifest: not this image
+            continue
+        if listed == {platform: child}:
+            return Passed(path, report)
+    return None
+
+
 def promote_index(job: Job, source: str, staged_here: bool = False) -> bool:
     """Promote HOST/REPO@sha256:... when it is an index (False when it is one image): children gated, copied."""
     name, _, reference = source.partition("@")
@@ -280,6 +295,8 @@ def promote_index(job: Job, source: str, staged_here: bool = False) -> bool:
         passing.update({p: job.reports.first(i, found[p], *sole) for p, i in ids.items()})
         if sole and (passed := next(iter(passing.values()))) is not None:
             result.image_id = passed.report.image_id
+        for platform in [p for p, passed in passing.items() if passed is None]:
+            passing[platform] = _smoked_as_index(job, registry, src, platform, found[platform])
         for platform, report in passing.items():
             if report is None and not job.allow_unsmoked:
                 raise PublishFailed(
@@ -307,6 +324,13 @@ def stage_index(refs: Sequence[str], log: Log) -> str:
     children = []
     for ref in refs:
         digest = ref.partition("@")[2]
+        # a one-platform index (the containerd store's image with BuildKit attestations): its platform's manifest
+        listed = with_retries(f"reading {ref}", lambda digest=digest: index_children(registry, src, digest))
+        if listed is not None:
+            if len(listed) != 1:
+                raise ConfigError(f"--index-of {ref} is an index of {len(listed)} platforms, not one platform's image")
+            children.append(Child(*next(iter(listed.items()))))
+            continue
         _, config = with_retries(f"reading {ref}", lambda digest=digest: registry.config(src.repo, digest))
         children.append(Child(f"{config.get('os')}/{config.get('architecture')}", digest))
     tag = f"staging-index-{children[0].digest.split(':')[-1][:12]}"
