@@ -7,7 +7,7 @@ Both sides run as whole processes in the same session, alternating, against the 
 - ours: `imagebuild build TARGET` (every platform the target lists, one process), and `imagebuild build TARGET
   --platform P` for each platform;
 - bare: `docker build --platform P` of the same Dockerfile with the same secrets, network, build args and labels
-  (the argv imagebuild runs, read from its report), one process per platform.
+  (the argv imagebuild runs, read from its report, under a tag of its own), one process per platform.
 The whole-target overhead is (ours - the sum of the bare builds) / platforms. Every build must be fully cached.
 """
 
@@ -39,8 +39,9 @@ def timed(argv: list[str], env: dict[str, str]) -> float:
     return elapsed
 
 
-def bare_argv(command: list[str]) -> list[str]:
-    """imagebuild's BuildKit argv with its own tags and iidfile left out (the bare build tags nothing of ours)."""
+def bare_argv(command: list[str], platform_name: str) -> list[str]:
+    """imagebuild's BuildKit argv (from its report) with one tag of the bench's own in place of ours: the bare build
+    exports and names an image as ours does, and never moves the tags imagebuild points at its final image."""
     out, skip = [], False
     for arg in command:
         if skip:
@@ -50,7 +51,7 @@ def bare_argv(command: list[str]) -> list[str]:
             skip = True
             continue
         out.append(arg)
-    return out
+    return [*out[:-1], "-t", f"imagebuild-bench-bare:{platform_name.replace('/', '-')}", out[-1]]
 
 
 def main() -> None:
@@ -68,7 +69,7 @@ def main() -> None:
     commands = [t["command"] for t in json.loads(report.read_text())["targets"]]
     oci = [next(a for a in zip(c, c[1:], strict=False) if a[0] == "--platform")[1] for c in commands]
     bare_env = {**env, "DOCKER_BUILDKIT": "1"}
-    bares = [bare_argv(c) for c in commands]
+    bares = [bare_argv(c, p) for c, p in zip(commands, oci, strict=True)]
     one = {p: [*CLI, "build", args.target, "--platform", p, "--report", str(tmp / f"{p.replace('/', '-')}.json")]
            for p in oci}  # fmt: skip
     for argv in [*bares, *one.values()]:
