@@ -32,14 +32,23 @@ def test_requirements_pin_every_package_by_version_and_hash_and_never_torch() ->
     assert (RUNTIME / "constraints.txt").read_text().splitlines()[-1] == "torch==2.13.0"
 
 
-def test_local_cpu_builds_the_runtime_from_hashed_wheels_and_installs_them_under_the_torch_constraint() -> None:
+def test_local_cpu_places_the_runtime_from_hashed_wheels_on_top_of_the_images_torch() -> None:
+    """One Dockerfile for both platforms (issue 22): each platform's venv stage starts from its torch stage and places
+    that platform's hashed pins, no dependency resolved and no source build, so nothing replaces the image's torch."""
     stages = _stages((REPO / "dockerfiles" / "local-cpu" / "Dockerfile").read_text())
-    pip_stage = stages["runtime-pip"]
-    assert "COPY runtimes/transformers-serve/requirements.txt /src/runtime-pip/requirements.txt" in pip_stage
-    assert "pip wheel --no-deps --require-hashes --only-binary :all: -r /src/runtime-pip/requirements.txt" in pip_stage
-    final = stages["final"]
-    assert "from=runtime-pip,source=/wheels" in final and "/tmp/wheels/runtime-pip/*.whl" in final
-    assert re.search(r"pip install -c /tmp/torch-constraint\.txt .*/tmp/wheels/runtime-pip/\*\.whl", final)
+    for arch, pins in (("amd64", "requirements.txt"), ("arm64", "requirements.linux-arm64.txt")):
+        venv = stages[f"venv-{arch}"]
+        assert f"COPY runtimes/transformers-serve/{pins} /src/runtime-pip/requirements.txt" in venv
+        assert re.search(
+            r"pip install --target /tmp/site --only-binary=:all: --no-compile --no-deps --require-hashes "
+            r"-r /src/runtime-pip/requirements\.txt",
+            venv,
+        ), arch
+        assert (RUNTIME / pins).is_file()
+    assert re.search(
+        r"^FROM torch-amd64 AS venv-amd64$", (REPO / "dockerfiles" / "local-cpu" / "Dockerfile").read_text(), re.M
+    )
+    assert "FROM venv-${TARGETARCH} AS venv" in (REPO / "dockerfiles" / "local-cpu" / "Dockerfile").read_text()
 
 
 def test_local_cpu_manifest_says_how_to_serve() -> None:
