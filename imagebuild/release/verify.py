@@ -125,6 +125,15 @@ def _check_provenance(v: Verification, statements: list[dict[str, Any]], labels:
         return
 
 
+def _refusal(report: dict[str, Any], v: Verification) -> str | None:
+    """A report about this image by its config digest (graph-driver engine) or its manifest digest (the containerd
+    store's image ID), as the publish gate accepts (release/gate.py)."""
+    by_config = report_refusal(report, v.image_id or "")
+    if by_config and v.digest and report_refusal(report, v.digest) is None:
+        return None
+    return by_config
+
+
 def _check_smoke(v: Verification, statements: list[dict[str, Any]]) -> None:
     reports = [s.get("predicate") or {} for s in statements]
     for arch in v.arches:
@@ -132,7 +141,7 @@ def _check_smoke(v: Verification, statements: list[dict[str, Any]]) -> None:
         if not mine:
             v.add(f"smoke {arch}", False, f"no smoke attestation for {arch}")
             continue
-        refusals = [report_refusal(r, v.image_id or "") for r in mine]
+        refusals = [_refusal(r, v) for r in mine]
         if None in refusals:
             report = SmokeReport.from_dict(mine[refusals.index(None)])  # it fits: report_refusal said so
             passed = sum(1 for c in report.checks if c.status == "passed")
