@@ -59,11 +59,8 @@ class Engine:
 
     def build_prefix(self) -> list[str]:
         """The argv that starts a build, before the build flags."""
-        # buildx: no BuildKit attestations by default, so a loaded single-platform image on the containerd store is
-        # its platform manifest (the ID smoke records is the digest publish pushes; attestations would make it an
-        # index publish strips, and verify could not match it). A later --provenance/--sbom flag still wins.
         if self.mode == "buildx":
-            return [self.client, "buildx", "build", "--provenance=false", "--sbom=false"]
+            return [self.client, "buildx", "build"]
         return [self.client, "build"]
 
     @property

@@ -35,6 +35,7 @@ class Verification:
     ref: str
     digest: str | None = None
     image_id: str | None = None
+    local_ids: list[str] = field(default_factory=list)  # smoke reports' engine-local IDs (containerd store)
     target: str | None = None
     arches: list[str] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
@@ -130,6 +131,12 @@ def _refusal(report: dict[str, Any], v: Verification) -> str | None:
     store's image ID), as the publish gate accepts (release/gate.py)."""
     by_config = report_refusal(report, v.image_id or "")
     if by_config and v.digest and report_refusal(report, v.digest) is None:
+        return None
+    if by_config == "written for another image" and report_refusal(report, str(report.get("image_id"))) is None:
+        # The containerd store's local ID of a buildx image is the index holding BuildKit's attestation beside the
+        # platform manifest, which publish strips: no registry digest equals it. The report is still bound to this
+        # digest by its signed attestation (subject = this digest), which is what remains checked here.
+        v.local_ids.append(str(report.get("image_id")))
         return None
     return by_config
 
