@@ -1,7 +1,8 @@
 """`/opt/imagebuild/arch-coverage.json`: which requested GPU arches every library in the image holds code for.
 
-Scanned in the image by imagecontract/coverage.py, judged on the host against the matrix (imagebuild/coverage.py),
-then added to the image as a last layer with the `io.imagebuild.arch-coverage` label (docs/contracts.md).
+Scanned in the image by imagecontract/coverage.py, judged on the host against the matrix
+(imagebuild/prove/coverage.py), then added to the image as a last layer with the `io.imagebuild.arch-coverage`
+label (docs/contracts.md).
 """
 
 from __future__ import annotations
