@@ -43,6 +43,11 @@ def test_local_cpu_image_carries_labels_manifest_and_tags(local_cpu: Any) -> Non
 
 
 def test_cached_rebuild_reports_cached_steps_and_same_image(local_cpu: Any, tmp_path: Path) -> None:
+    if find_engine().store == "containerd":
+        # Docker 26.1's containerd store: the local ID is an index with BuildKit's provenance (build times) and the
+        # post-build layers are made again for a new ID, so a cached rebuild is a new image, and rebuilding here
+        # would untag (and so remove) the session's image that later tests run (issue 22, not done).
+        pytest.xfail("containerd store: a cached rebuild is not yet the same image ID")
     # The context is content-addressed: a new mtime on a staged wheel must not bust the cache.
     for wheel in (REPO / "build" / "wheelhouse").glob("*.whl"):
         os.utime(wheel)
@@ -50,13 +55,9 @@ def test_cached_rebuild_reports_cached_steps_and_same_image(local_cpu: Any, tmp_
     run = imagebuild("build", "local-cpu", "--report", str(report))
     assert run.returncode == 0, run.output[-3000:]
     entry = json.loads(report.read_text())["targets"][0]
+    assert entry["image_id"] == local_cpu.image_id  # labels from git, not the clock: reproducible
     assert entry["total_steps"] > 0 and entry["cached_steps"] == entry["total_steps"]
     assert Path(entry["log"]).read_text().count("CACHED") >= entry["cached_steps"]
-    if entry["image_id"] != local_cpu.image_id and find_engine().store == "containerd":
-        # Docker 26.1's containerd store: the ID is an index with BuildKit's provenance (build times), and the
-        # post-build layers, cached per image ID, are made again for the new ID: not yet reproducible (issue 22).
-        pytest.xfail(f"containerd store: cached rebuild {entry['image_id'][:19]} != {local_cpu.image_id[:19]}")
-    assert entry["image_id"] == local_cpu.image_id  # labels from git, not the clock: reproducible
 
 
 def test_dry_run_prints_the_command_and_changes_nothing(engine: str, tmp_path: Path) -> None:
