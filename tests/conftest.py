@@ -59,3 +59,23 @@ def cli_subprocess():
         return CliResult(proc.returncode, proc.stdout, proc.stderr, None)
 
     return run
+
+
+_BASE_CHECKED = False
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before the first engine test outside tests/e2e: the local base images are there again.
+
+    Seen at the end of this round on Docker 26.1 (containerd store): after the e2e tests, `local/debian:bookworm`
+    was gone from the default engine (cause not found yet), and every later engine test failed on it. setup.sh
+    (idempotent) copies the bases back; a missing engine is left to the tests' own checks.
+    """
+    global _BASE_CHECKED
+    if _BASE_CHECKED or "e2e" in item.path.parts or not item.get_closest_marker("docker"):
+        return
+    _BASE_CHECKED = True
+    root = Path(__file__).resolve().parents[1]
+    probe = subprocess.run(["docker", "image", "inspect", "local/debian:bookworm"], capture_output=True)
+    if probe.returncode != 0 and os.environ.get("IMAGEBUILD_REQUIRE_ENGINE") == "1":
+        subprocess.run(["bash", str(root / "scripts" / "setup.sh")], check=False, timeout=900)
