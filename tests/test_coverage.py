@@ -198,8 +198,13 @@ def engine() -> Iterator[Any]:
     yield found
     import subprocess
 
+    # By name, never by ID: one of these tags names local/debian:bookworm's own image (test_..._no_python), and
+    # `rmi -f ID` removes every tag of an ID, the shared base with it (seen: every later engine test failing).
     names = subprocess.run(
-        [found.client, "images", "-q", "--filter", f"reference={PREFIX}*"], capture_output=True, text=True, check=False
+        [found.client, "images", "--format", "{{.Repository}}:{{.Tag}}", "--filter", f"reference={PREFIX}*"],
+        capture_output=True,
+        text=True,
+        check=False,
     ).stdout.split()
     if names:
         subprocess.run([found.client, "rmi", "-f", *names], capture_output=True, check=False)
