@@ -316,3 +316,62 @@ def test_without_an_oidc_token_on_github_the_release_fails_before_anything_is_pr
     lines = calls.read_text().splitlines()
     assert "--keyless" in lines[0] and "--sign-key" not in lines[0] and "--certificate-identity-regexp" in lines[1]
     assert "images\\.yml@refs/heads/main$" in lines[1]
+
+
+def _promote_then_page(tmp_path: Path, env: dict[str, str]) -> list[list[str]]:
+    """The promote step, then the page step, with `imagebuild` a shim that records each call's arguments."""
+    calls = tmp_path / "calls.json"
+    shim = tmp_path / "bin" / "imagebuild"
+    shim.parent.mkdir(parents=True)
+    record = f"import json, sys; open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')"
+    shim.write_text(f'#!/bin/sh\nexec {sys.executable} -c {json.dumps(record)} "$@"\n')
+    shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
+    (tmp_path / "build/ci/publish").mkdir(parents=True)
+    (tmp_path / "build/ci/publish/promote.args").write_text("--promote\nr/s@sha256:a\n")
+    base = {"PATH": f"{shim.parent}:{os.environ['PATH']}", "PUBLIC": "r/p", "TARGET": "t", "GITHUB_SHA": "0" * 40}
+    for name in ("Promote", "The compatibility page"):
+        proc = run_step(step("publish", name)["run"], tmp_path, base | env)
+        assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in calls.read_text().splitlines()]
+
+
+@pytest.mark.parametrize(
+    ("env", "flags"),
+    [
+        (
+            {"GITHUB_ACTIONS": "true", "ACTIONS_ID_TOKEN_REQUEST_URL": "https://x", "GITHUB_REPOSITORY": "o/r"},
+            ["--certificate-identity-regexp", "--certificate-oidc-issuer"],
+        ),
+        (
+            {"IMAGEBUILD_REHEARSAL_SIGN_KEY": "k", "IMAGEBUILD_REHEARSAL_KEY_PASSWORD_FILE": "p",
+             "IMAGEBUILD_REHEARSAL_VERIFY_KEY": "v"},
+            ["--key"],
+        ),
+    ],
+    ids=["keyless", "rehearsal-key"],
+)  # fmt: skip
+def test_the_page_is_made_from_the_public_repository_with_the_identity_the_verify_step_checked(
+    tmp_path: Path, env: dict[str, str], flags: list[str]
+) -> None:
+    publish, verify, report = _promote_then_page(tmp_path, env)
+    assert publish[0] == "publish" and verify[:2] == ["verify", "r/p:t"]
+    assert report[:5] == ["report", "--out", "site", "--registry", "r/p"]
+    assert report[5:] == verify[2:] and [a for a in report[5:] if a.startswith("--")] == flags
+    if "--certificate-identity-regexp" in report:
+        identity = report[report.index("--certificate-identity-regexp") + 1]
+        assert identity == r"^https://github.com/o/r/\.github/workflows/images\.yml@refs/heads/main$"
+        assert report[report.index("--certificate-oidc-issuer") + 1] == "https://token.actions.githubusercontent.com"
+    # one source for the identity: the page step reads the promote step's flags, never spells its own
+    assert "certificate" not in step("publish", "The compatibility page")["run"]
+
+
+def test_the_page_is_made_after_the_release_and_uploaded_as_an_artifact() -> None:
+    steps = jobs()["publish"]["steps"]
+    promote = steps.index(step("publish", "Promote"))
+    page = steps.index(step("publish", "The compatibility page"))
+    upload = steps[page + 1]
+    assert promote < page < len(steps) - 1 and "if" not in steps[page]  # only once the promote step verified
+    assert upload["uses"].startswith("actions/upload-artifact@")
+    assert upload["with"]["path"] == "site/" and upload["with"]["if-no-files-found"] == "error"
+    assert upload["with"]["name"] == "compat-page-${{ matrix.target }}"  # one artifact per release leg
+    assert all(s.get("uses", "").split("@")[0] != "actions/deploy-pages" for s in steps)  # docs/ci.md: why not yet
