@@ -95,7 +95,7 @@ def export_filesystem(engine: Engine, image: str, dest: Path, limit: int | None 
         return _export(engine.client, cid, dest, limit, env)
     finally:
         subprocess.run(
-            [engine.client, "rm", "-f", cid], capture_output=True, timeout=CREATE_TIMEOUT, env=env, check=False
+            [engine.client, "rm", "-f", "-v", cid], capture_output=True, timeout=CREATE_TIMEOUT, env=env, check=False
         )
 
 

@@ -110,7 +110,7 @@ def _without_python(engine: Engine, image: str) -> dict[str, Any]:
         if texts["os_release"] is None:  # /etc/os-release is usually a link to /usr/lib/os-release
             texts["os_release"] = _copy_out(engine, cid, "/usr/lib/os-release")
     finally:
-        _docker(engine, "rm", "-f", cid)
+        _docker(engine, "rm", "-f", "-v", cid)  # with its anonymous volumes (an image's VOLUME makes one)
 
     def load(text: str | None) -> Any:
         try:

@@ -75,10 +75,6 @@ KNOWN_FAILING = {
     "test_report_e2e.py::test_registry_attestations_fill_the_release_columns": ONE_PLATFORM_INDEX,
     "test_publish_index_e2e.py::test_ci_path_staged_platform_digests_promoted_as_one_index": ONE_PLATFORM_INDEX,
     "test_smoke_publish_e2e.py::test_promote_copies_a_staged_digest_to_another_repository": PROMISE,
-    "test_nothing_left_behind_e2e.py::test_every_path_removes_its_container_and_anonymous_volume": (
-        "Docker 26.1: the engine events show one container where the test expects the smoke container and the "
-        "probe (>= 2); not yet explained (issue 21, not done)"
-    ),
 }
 
 
