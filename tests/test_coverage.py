@@ -311,11 +311,6 @@ def test_a_deliberate_gfx_gap_fails_the_build_with_exit_3(engine: Any, tmp_path:
 @pytest.mark.docker
 @pytest.mark.toolchain
 @needs_nvcc
-@pytest.mark.xfail(
-    strict=False,
-    reason="Docker 26.1 (containerd store): `docker tag` of the ID this test takes is refused there (seen at the end "
-    "of issue 22's round, not fixed); passes on 20.10",
-)
 def test_the_sm_image_passes_and_carries_its_table_and_label(engine: Any, tmp_path: Path) -> None:
     import subprocess
 
@@ -331,17 +326,20 @@ def test_the_sm_image_passes_and_carries_its_table_and_label(engine: Any, tmp_pa
     tag = f"{PREFIX}:sm"
     libs = {"imagebuild_kernels/_C.so": ours, "flash_attn/flash_attn_2_cuda.so": flash}
     image_id = image_with(engine, tag, libs, manifest)
+    env = {**os.environ, **engine.env}
+    # The same image under a second name, as a later BuildKit build of it names it, taken now: on the containerd
+    # store an image whose last name moves (the hook's layer build takes `tag`) is gone, its ID no reference any more
+    # (BuildKit's exporter moves the name, no dangling record); the graphdriver store (20.10) keeps it as <none>.
+    subprocess.run([engine.client, "tag", tag, f"{PREFIX}:sm-again"], check=True, env=env)
     result = result_for("coverage-cuda", image_id, tag)
     add_coverage(engine, [result], REPO / "matrix.yaml", tmp_path / "build-report.json")
     assert result.ok, result.failed_step
     assert result.image_id != image_id  # the coverage layer
-    env = {**os.environ, **engine.env}
-    subprocess.run([engine.client, "tag", image_id, f"{PREFIX}:sm-again"], check=True, env=env)  # as BuildKit did
     again = result_for("coverage-cuda", image_id, f"{PREFIX}:sm-again")
     add_coverage(engine, [again], REPO / "matrix.yaml", tmp_path / "build-report.json")
     assert again.ok and again.image_id == result.image_id  # the same image gets the same layer (no scan time inside)
-    inside = subprocess.run(
-        [engine.client, "run", "--rm", "--entrypoint", "cat", tag, "/opt/imagebuild/arch-coverage.json"],
+    inside = subprocess.run(  # by the ID the hook recorded: it is a reference this engine runs
+        [engine.client, "run", "--rm", "--entrypoint", "cat", result.image_id, "/opt/imagebuild/arch-coverage.json"],
         capture_output=True,
         text=True,
         check=True,
@@ -354,13 +352,18 @@ def test_the_sm_image_passes_and_carries_its_table_and_label(engine: Any, tmp_pa
         "imagebuild_kernels": ("imagebuild-kernels", {"sm_80": "present", "sm_86": "compatible", "sm_90": "present"}),
     }
     assert [(g["arch"], g["allowed"]) for g in doc["gaps"]] == [("sm_90", True)]  # flash-attention: not built for it
-    label = subprocess.run(
-        [engine.client, "image", "inspect", "--format", f'{{{{index .Config.Labels "{LABEL}"}}}}', tag],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-    ).stdout.strip()
+    found, label = (
+        subprocess.run(
+            [engine.client, "image", "inspect", "--format", f'{{{{.Id}}}} {{{{index .Config.Labels "{LABEL}"}}}}', tag],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+        )
+        .stdout.strip()
+        .split(" ", 1)
+    )
+    assert found == result.image_id  # the tag names the image the hook recorded
     assert label == "sm_80=2/2 sm_86=2/2 sm_90=1/2 gaps=1 disallowed=0"
 
 

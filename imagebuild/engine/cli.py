@@ -86,8 +86,23 @@ def platform_args(engine: Engine, image: str) -> list[str]:
     return ["--platform", found] if re.fullmatch(r"[a-z0-9]+/[a-z0-9]+", found) else []
 
 
+def image_id(engine: Engine, reference: str) -> str:
+    """The engine's own ID of a local image: what `docker run` and `docker tag` take on every store. (buildx's iidfile
+    holds the config digest of a one-manifest image; the containerd store names an image by its manifest or index
+    digest and answers "No such image" to that one, seen on Docker 26.1.)"""
+    from imagebuild.engine import api
+
+    return api.image_id(reference) or docker(engine, "image", "inspect", "--format", "{{.Id}}", reference).strip()
+
+
 def add_layer(engine: Engine, image: str, tags: list[str], files: Mapping[str, str], instructions: str) -> str:
-    """Build `FROM image` + instructions (COPYing files, written into the context) under tags; the new image ID."""
+    """Build `FROM image` + instructions (COPYing files, written into the context) under tags; the new image's ID as
+    the engine names it (image_id of its first tag).
+
+    Through buildx without a provenance attestation: buildx's default one records this throwaway build (its
+    invocation ID and times), and on the containerd store it is in the image's index, so in its ID: the same layer
+    on the same image would be a new ID each time (seen on Docker 26.1), and the image would carry the provenance of
+    a `FROM <id>` build rather than its own."""
     with tempfile.TemporaryDirectory(prefix="imagebuild-layer-") as tmp:
         ctx = Path(tmp)
         for name, text in files.items():
@@ -95,6 +110,6 @@ def add_layer(engine: Engine, image: str, tags: list[str], files: Mapping[str, s
         (ctx / "Dockerfile").write_text(f"FROM {image}\n{instructions}", encoding="utf-8")
         tag_args = [arg for tag in tags for arg in ("-t", tag)]
         build = engine.build_prefix()[1:]  # argv after the client: ["build"] or ["buildx", "build"]
-        plat = platform_args(engine, image)
-        docker(engine, *build, "-q", *plat, "--iidfile", str(ctx / "iid"), *tag_args, str(ctx), timeout=600)
-        return (ctx / "iid").read_text().strip()
+        flags = platform_args(engine, image) + (["--provenance=false"] if engine.mode == "buildx" else [])
+        docker(engine, *build, "-q", *flags, "--iidfile", str(ctx / "iid"), *tag_args, str(ctx), timeout=600)
+        return image_id(engine, tags[0]) if tags else (ctx / "iid").read_text().strip()
