@@ -61,21 +61,24 @@ def cli_subprocess():
     return run
 
 
-_BASE_CHECKED = False
+_BASE = "local/debian:bookworm"
+_BASE_SEEN: list[str] = []  # the last engine test after which the base was still there
+
+
+def _base_present() -> bool:
+    probe = subprocess.run(["docker", "image", "inspect", _BASE], capture_output=True, check=False, timeout=60)
+    return probe.returncode == 0
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Before the first engine test outside tests/e2e: the local base images are there again.
+    """Every engine test needs the local base images that scripts/setup.sh makes; when one vanishes, the test
+    fails naming the last engine test that still saw it: that test (or its teardown) removed the shared base.
 
-    Seen at the end of this round on Docker 26.1 (containerd store): after the e2e tests, `local/debian:bookworm`
-    was gone from the default engine (cause not found yet), and every later engine test failed on it. setup.sh
-    (idempotent) copies the bases back; a missing engine is left to the tests' own checks.
-    """
-    global _BASE_CHECKED
-    if _BASE_CHECKED or "e2e" in item.path.parts or not item.get_closest_marker("docker"):
+    Seen in CI on Docker 26.1: the coverage tests' teardown removed its images by ID, one of which was the base's
+    own ID under another tag, and every later engine test failed on `No such image`."""
+    if not item.get_closest_marker("docker"):
         return
-    _BASE_CHECKED = True
-    root = Path(__file__).resolve().parents[1]
-    probe = subprocess.run(["docker", "image", "inspect", "local/debian:bookworm"], capture_output=True)
-    if probe.returncode != 0 and os.environ.get("IMAGEBUILD_REQUIRE_ENGINE") == "1":
-        subprocess.run(["bash", str(root / "scripts" / "setup.sh")], check=False, timeout=900)
+    if _base_present():
+        _BASE_SEEN[:] = [item.nodeid]
+    elif _BASE_SEEN:
+        pytest.fail(f"{_BASE} is gone from the engine; it was still there when {_BASE_SEEN[0]} started")

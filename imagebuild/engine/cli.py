@@ -110,6 +110,8 @@ def add_layer(engine: Engine, image: str, tags: list[str], files: Mapping[str, s
         (ctx / "Dockerfile").write_text(f"FROM {image}\n{instructions}", encoding="utf-8")
         tag_args = [arg for tag in tags for arg in ("-t", tag)]
         build = engine.build_prefix()[1:]  # argv after the client: ["build"] or ["buildx", "build"]
-        flags = platform_args(engine, image) + (["--provenance=false"] if engine.mode == "buildx" else [])
+        # OCI media types asked for: without an attestation BuildKit's image exporter writes Docker's (seen on 26.1)
+        oci = ["--provenance=false", "--output", "type=docker,oci-mediatypes=true"]
+        flags = platform_args(engine, image) + (oci if engine.mode == "buildx" else [])
         docker(engine, *build, "-q", *flags, "--iidfile", str(ctx / "iid"), *tag_args, str(ctx), timeout=600)
         return image_id(engine, tags[0]) if tags else (ctx / "iid").read_text().strip()

@@ -80,8 +80,14 @@ def provenance(
     component_sources: Mapping[str, Mapping[str, Any]],
     engine: str | None = None,
     built_on: str | None = None,
+    image_id: str | None = None,
 ) -> dict[str, Any]:
-    """The SLSA v1 provenance predicate of one image, from its labels and manifest and the matrix pins."""
+    """The SLSA v1 provenance predicate of one image, from its labels and manifest and the matrix pins.
+
+    image_id: the engine's own ID of the image published as this digest, the one its smoke report names. A
+    graph-driver engine's ID is the config digest, which the registry serves too; the containerd store's is the
+    digest of the local index (the platform's manifest and BuildKit's attestation) that no published digest
+    equals. Signed here, bound to the digest, it is what ties that smoke report to this image (release/verify.py)."""
     revision = labels.get("org.opencontainers.image.revision", "")
     commit = revision.removesuffix("-dirty")
     deps: list[dict[str, Any]] = []
@@ -104,6 +110,7 @@ def provenance(
                 "manifest": manifest.to_dict() if manifest else {},
                 "labels": dict(labels),
                 "engine": engine,
+                **({"image_id": image_id} if image_id else {}),
             },
             "resolvedDependencies": deps,
         },

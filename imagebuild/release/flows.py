@@ -217,7 +217,10 @@ def promote_one(job: Job, source: str) -> None:
         raise ConfigError(f"{source} has no io.imagebuild.target label", hint="pass --tag")
     # the ID smoke recorded: the config digest (graph-driver engine) or the manifest digest (containerd store)
     ids = gate_ids(ref.image_id, ref.digest)
-    smoked = next((i for i in ids if job.reports.passing(i)), ref.image_id)
+    smoked = next((i for i in ids if job.reports.passing(i)), None)
+    if smoked is None and ref.digest and (as_index := _smoked_as_index(job, registry, src, ref.digest)) is not None:
+        smoked = as_index.report.image_id  # the containerd store's local ID: the one-platform index staged beside
+    smoked = smoked or ref.image_id
     result = PublishResult(image=source, image_id=smoked, repository=str(job.dest), ref=ref)
     out = job.out(job.root / "build" / "publish" / wanted[0])
     passed: list[Passed] = []
@@ -236,9 +239,10 @@ def promote_one(job: Job, source: str) -> None:
         result.digest_ref = f"{job.dest}@{result.digest}"
 
 
-def _smoked_as_index(job: Job, registry: Registry, src: RepoRef, platform: str, child: str) -> Passed | None:
+def _smoked_as_index(job: Job, registry: Registry, src: RepoRef, child: str) -> Passed | None:
     """A passing report whose image ID is a one-platform index in src listing exactly this child: the containerd
-    image store keeps a platform's image as such an index when BuildKit attached attestations (issue 22)."""
+    image store keeps a platform's image as such an index when BuildKit attached attestations, smoke records that
+    index's digest, and publish stages the index and publishes its platform's manifest (issue 22)."""
     for path, report in job.reports.documents:
         if report is None or report.refusal() is not None or not report.image_id.startswith("sha256:"):
             continue
@@ -246,7 +250,7 @@ def _smoked_as_index(job: Job, registry: Registry, src: RepoRef, platform: str, 
             listed = index_children(registry, src, report.image_id)
         except (RegistryError, ValueError):  # not in src, or not a manifest: not this image
             continue
-        if listed == {platform: child}:
+        if listed is not None and list(listed.values()) == [child]:
             return Passed(path, report)
     return None
 
@@ -296,7 +300,7 @@ def promote_index(job: Job, source: str, staged_here: bool = False) -> bool:
         if sole and (passed := next(iter(passing.values()))) is not None:
             result.image_id = passed.report.image_id
         for platform in [p for p, passed in passing.items() if passed is None]:
-            passing[platform] = _smoked_as_index(job, registry, src, platform, found[platform])
+            passing[platform] = _smoked_as_index(job, registry, src, found[platform])
         for platform, report in passing.items():
             if report is None and not job.allow_unsmoked:
                 raise PublishFailed(

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from imagebuild.engine.registry import Registry, RepoRef
 from imagebuild.plan.image_key import ImageKey
-from imagebuild.release.ociindex import Child, assemble, platform_manifest, read_index, verify_index
+from imagebuild.release.ociindex import Child, assemble, read_index, verify_index
 from imagebuild.release.publish import (
     PublishResult,
     publish_image,
@@ -58,21 +58,12 @@ def push_children(
     An engine with the containerd image store may hold a platform's image as an index (one build of every
     platform, or BuildKit's attestations beside one platform): then its push is that index, and the child for this
     platform is the manifest the index lists for it."""
-    registry = Registry(dest)
     children = []
     for item in images:
         result = results[item.platform]
-        publish_image(client, item.image, item.name, dest, result, [], log)
-        assert result.digest is not None  # publish_image sets it or raises
-        staged = result.digest
-        digest = with_retries(
-            f"reading {dest}@{staged}", lambda s=staged, p=item.platform: platform_manifest(registry, dest.repo, s, p)
-        )
-        if digest != staged:
-            log(f"{item.platform}: {dest}@{staged} is an index; its {item.platform} manifest is {digest}")
-            result.digest, result.digest_ref = digest, f"{dest}@{digest}"
-            record_media_types(result, registry, dest, digest)
-        children.append(Child(item.platform, digest))
+        publish_image(client, item.image, item.name, dest, result, [], log, platform=item.platform)
+        assert result.digest is not None  # publish_image sets it (the platform's manifest) or raises
+        children.append(Child(item.platform, result.digest))
     return children
 
 

@@ -161,13 +161,18 @@ def media_types(registry: Registry, repo: str, digest: str) -> MediaTypes:
     return MediaTypes(media_type, children, attestations)
 
 
-def platform_manifest(registry: Registry, repo: str, digest: str, platform: str) -> str:
+def platform_manifest(registry: Registry, repo: str, digest: str, platform: str | None) -> str:
     """digest itself when it is one image, else its child for platform (an engine that stores an image as an
-    index, BuildKit's attestations beside it, pushes the index): the manifest an index of ours may list."""
+    index, BuildKit's attestations beside it, pushes the index): the manifest an index of ours may list.
+
+    Without a platform: the only platform child of an index that holds one (what a pull of it resolves to on
+    every client), else digest itself (an image of several platforms stays the index it is)."""
     _, media_type = registry.manifest(repo, digest)
     if media_type not in INDEX_TYPES:
         return digest
     children = read_index(registry, repo, digest)
+    if platform is None:
+        return next(iter(children.values())) if len(children) == 1 else digest
     if platform not in children:
         raise IndexMismatch(f"{repo}@{digest} is an index without {platform} (it holds {sorted(children)})")
     return children[platform]

@@ -19,7 +19,7 @@ from imagebuild.engine.registry import Registry, RegistryError, RepoRef
 from imagebuild.envvars import env_int
 from imagebuild.errors import ConfigError, PublishFailed
 from imagebuild.plan.imageref import LOCAL_REPO, ImageRef
-from imagebuild.release.ociindex import OCI_INDEX, OCI_MANIFEST, media_types
+from imagebuild.release.ociindex import OCI_INDEX, OCI_MANIFEST, media_types, platform_manifest
 from imagecontract.atomic import write_atomic
 from imagecontract.models import ModelError, SmokeReport
 
@@ -211,8 +211,14 @@ def publish_image(
     tags: list[str],
     log: Callable[[str], None],
     before_tags: Callable[[], None] | None = None,
+    platform: str | None = None,
 ) -> None:
     """Stage, verify, then move the public tags; a failure leaves the public tags untouched.
+
+    An engine with the containerd image store holds a one-platform build as an index (the platform's manifest and
+    BuildKit's attestation manifest) and pushes that index; what is signed, tagged and reported is then the
+    platform's own manifest (platform, else the index's only platform), as a graph-driver engine pushes it: one
+    published digest per platform on every engine, and the one a pull resolves to is the one signed.
 
     before_tags (signing) runs on the verified staged digest before any public tag moves: when it raises, no
     public tag ever names an unsigned image."""
@@ -228,19 +234,22 @@ def publish_image(
     remote = with_retries(f"reading the digest back from {repo.host}", lambda: registry.digest(repo.repo, staging_tag))
     if remote != local_digest:
         raise PublishFailed(f"digest mismatch for {result.staging_ref}: local {local_digest}, registry {remote}")
-    record_media_types(result, registry, repo, local_digest)
-    result.digest = local_digest
-    result.digest_ref = f"{repo}@{local_digest}"
+    digest = with_retries(
+        f"reading {repo}@{local_digest}", lambda: platform_manifest(registry, repo.repo, local_digest, platform)
+    )
+    if digest != local_digest:
+        log(f"{repo}@{local_digest} is an index; its {platform or 'one platform'}'s manifest is {digest}")
+    record_media_types(result, registry, repo, digest)
+    result.digest = digest
+    result.digest_ref = f"{repo}@{digest}"
     if before_tags is not None:
         before_tags()
     for tag in tags:
-        log(f"tag {repo}:{tag} -> {local_digest}")
-        moved = with_retries(
-            f"tagging {repo}:{tag}", lambda tag=tag: registry.copy(repo.repo, local_digest, repo.repo, tag)
-        )
+        log(f"tag {repo}:{tag} -> {digest}")
+        moved = with_retries(f"tagging {repo}:{tag}", lambda tag=tag: registry.copy(repo.repo, digest, repo.repo, tag))
         check = with_retries(f"verifying {repo}:{tag}", lambda tag=tag: registry.digest(repo.repo, tag))
-        if local_digest not in (moved, check):
-            raise PublishFailed(f"{repo}:{tag} points at {check}, not {local_digest}")
+        if digest not in (moved, check):
+            raise PublishFailed(f"{repo}:{tag} points at {check}, not {digest}")
         result.refs.append(f"{repo}:{tag}")
 
 

@@ -144,7 +144,9 @@ def sign_published(
     sources = component_sources(matrix_path) if matrix_path.is_file() else {}
     name = str(repo)
     items = [("sbom", attest.SBOM_TYPE, _write(out_dir, "sbom", attest.SBOM_TYPE, name, digest, json.loads(sbom)))]
-    prov = attest.provenance(labels, manifest, str(context["matrix_display"]), sources, context.get("engine"))
+    prov = attest.provenance(
+        labels, manifest, str(context["matrix_display"]), sources, context.get("engine"), image_id=image_id
+    )
     items.append(
         (
             "provenance",

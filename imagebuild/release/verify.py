@@ -9,6 +9,7 @@ finding; the image verifies only when every finding is ok.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -35,20 +36,28 @@ class Verification:
     ref: str
     digest: str | None = None
     image_id: str | None = None
-    local_ids: list[str] = field(default_factory=list)  # smoke reports' engine-local IDs (containerd store)
+    # the engine-local ID the signed provenance says this digest was published from (the containerd store's)
+    local_ids: list[str] = field(default_factory=list)
     target: str | None = None
     arches: list[str] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    children: dict[str, Verification] = field(default_factory=dict)  # an index's: platform -> its verification
 
     @property
     def ok(self) -> bool:
         return bool(self.findings) and all(f.ok for f in self.findings)
 
+    def ids(self) -> list[str]:
+        """Every ID a smoke report about this image may name: the config digest (a graph-driver engine's image
+        ID), the manifest digest (the containerd store's, for a pulled image) and the local ID its signed
+        provenance records (the containerd store's for the image as built)."""
+        return list(dict.fromkeys(i for i in (self.image_id, self.digest, *self.local_ids) if i))
+
     def add(self, what: str, ok: bool, detail: str) -> None:
         self.findings.append(Finding(what, ok, detail))
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "verified": self.ok}
+        return {**{k: v for k, v in asdict(self).items() if k != "children"}, "verified": self.ok}
 
 
 def parse_ref(text: str) -> tuple[RepoRef, str]:
@@ -115,6 +124,10 @@ def _check_provenance(v: Verification, statements: list[dict[str, Any]], labels:
         elif matrix.get("sha256") != labels.get("io.imagebuild.matrix-sha256"):
             v.add("provenance", False, "its matrix sha256 differs from the image's io.imagebuild.matrix-sha256")
         else:
+            internal = stmt["predicate"]["buildDefinition"].get("internalParameters") or {}
+            local = internal.get("image_id") if isinstance(internal, dict) else None
+            if isinstance(local, str) and re.fullmatch(r"sha256:[0-9a-f]{64}", local):
+                v.local_ids.append(local)
             builder = ((stmt["predicate"].get("runDetails") or {}).get("builder") or {}).get("id")
             revision = labels.get("org.opencontainers.image.revision", "?")
             v.add(
@@ -127,18 +140,14 @@ def _check_provenance(v: Verification, statements: list[dict[str, Any]], labels:
 
 
 def _refusal(report: dict[str, Any], v: Verification) -> str | None:
-    """A report about this image by its config digest (graph-driver engine) or its manifest digest (the containerd
-    store's image ID), as the publish gate accepts (release/gate.py)."""
-    by_config = report_refusal(report, v.image_id or "")
-    if by_config and v.digest and report_refusal(report, v.digest) is None:
+    """None for a passing report about this image by any of its IDs (Verification.ids); else why not: that it
+    did not pass when it names one of them, else that it was written for another image."""
+    ids = v.ids()
+    refusals = [report_refusal(report, i) for i in ids] or ["written for another image"]
+    if None in refusals:
         return None
-    if by_config == "written for another image" and report_refusal(report, str(report.get("image_id"))) is None:
-        # The containerd store's local ID of a buildx image is the index holding BuildKit's attestation beside the
-        # platform manifest, which publish strips: no registry digest equals it. The report is still bound to this
-        # digest by its signed attestation (subject = this digest), which is what remains checked here.
-        v.local_ids.append(str(report.get("image_id")))
-        return None
-    return by_config
+    named = report.get("image_id") if isinstance(report, dict) else None
+    return report_refusal(report, named) if isinstance(named, str) and named in ids else refusals[0]
 
 
 def _check_smoke(v: Verification, statements: list[dict[str, Any]]) -> None:
@@ -197,6 +206,7 @@ def _verify_children(
     v.add("index", bool(children), ", ".join(f"{p} {d[:19]}" for p, d in children.items()) or "no children")
     for platform, digest in children.items():
         child = verify_image(f"{repo}@{digest}", verifier, need_smoke)
+        v.children[platform] = child
         v.target = v.target or child.target
         v.arches = sorted({*v.arches, *child.arches})
         for finding in child.findings:

@@ -58,9 +58,10 @@ def _children(ref: str, digest: str, warnings: list[str]) -> dict[str, tuple[str
         return {}
 
 
-def _attested_smoke(row: Row, repo: RepoRef, digest: str, image_id: str | None, verifier: Verifier) -> None:
+def _attested_smoke(row: Row, repo: RepoRef, digest: str, ids: list[str], verifier: Verifier) -> None:
     """A row without a local smoke report takes the smoke report attested on its digest (signature verified,
-    subject this digest, image ID this image's config digest), when one ran on a device its code loads on."""
+    subject this digest, image ID one of this image's, Verification.ids), when one ran on a device its code
+    loads on."""
     try:
         statements = verified_statements(f"{repo}@{digest}", attest.SMOKE_TYPE, verifier)
     except CosignError:
@@ -72,10 +73,10 @@ def _attested_smoke(row: Row, repo: RepoRef, digest: str, image_id: str | None, 
             report = SmokeReport.from_dict(statement.get("predicate"))
         except ModelError:
             continue
-        if report.image_id == image_id and smoke_is_for(row, report):
+        if report.image_id in ids and smoke_is_for(row, report):
             row.smoke = smoke_facts(report, None)
             row.smoke.report = f"the smoke attestation of {repo}@{digest[:19]}"
-            row.image_id = row.image_id or image_id
+            row.image_id = row.image_id or report.image_id
             return
 
 
@@ -101,11 +102,13 @@ def apply(rows: list[Row], registry: str, verifier: Verifier, warnings: list[str
                 row.release.note = f"{ref} holds {', '.join(children) or 'no readable image'} only"
                 continue
             child, image_id = children[row.oci]
-            if row.image_id and image_id != row.image_id:
+            mine = v.children.get(row.oci) if several else v
+            ids = mine.ids() if mine else [i for i in (image_id,) if i]
+            if row.image_id and row.image_id not in ids:
                 row.release.note = f"{ref} holds another {row.oci} image ({str(image_id)[:19]}) than this build"
                 continue
-            if row.smoke.status == NOT_RUN and image_id:
-                _attested_smoke(row, parse_ref(ref)[0], child, image_id, verifier)
+            if row.smoke.status == NOT_RUN and ids:
+                _attested_smoke(row, parse_ref(ref)[0], child, ids, verifier)
             facts = row.release
             facts.published, facts.repository, facts.source = True, registry, f"registry {registry}"
             facts.refs = [ref, *[r for r in facts.refs if r != ref]]

@@ -58,24 +58,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # Failing at the end of this round on Docker 26.1 (the containerd store), each with its cause; found in the last
 # e2e run, not fixed in time. Declared here, in one place, reported by -ra as XFAIL/XPASS, never silent. Remove a
 # line when its test passes (XPASS says so).
-ONE_PLATFORM_INDEX = (
-    "Docker 26.1: a one-platform publish pushes the local index (platform manifest + BuildKit attestation) and "
-    "signs the index, not its child; verify then finds the child unsigned (issue 22, not done)"
-)
-PROMISE = (
-    "issue 20's promise check refuses to move the plain tag of a two-platform target to one platform's image; "
-    "this test still publishes linux/amd64 alone under it (test to be moved to the platform's own name)"
-)
-KNOWN_FAILING = {
-    "test_signing_e2e.py::test_signed_publish_verifies": ONE_PLATFORM_INDEX,
-    "test_signing_e2e.py::test_signature_from_another_key_fails": ONE_PLATFORM_INDEX,
-    "test_signing_e2e.py::test_missing_then_failed_smoke_attestation_fails": ONE_PLATFORM_INDEX,
-    "test_signing_e2e.py::test_promote_requires_signed_and_signs_the_public_digest": ONE_PLATFORM_INDEX,
-    "test_signing_e2e.py::test_cosign_failure_on_promote_creates_no_public_tag": ONE_PLATFORM_INDEX,
-    "test_report_e2e.py::test_registry_attestations_fill_the_release_columns": ONE_PLATFORM_INDEX,
-    "test_publish_index_e2e.py::test_ci_path_staged_platform_digests_promoted_as_one_index": ONE_PLATFORM_INDEX,
-    "test_smoke_publish_e2e.py::test_promote_copies_a_staged_digest_to_another_repository": PROMISE,
-}
+KNOWN_FAILING: dict[str, str] = {}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
