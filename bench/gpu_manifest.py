@@ -53,11 +53,32 @@ def live_versions() -> dict[str, str | None]:
     }
 
 
+# What an image holds from this checkout at the same path below its root (dockerfiles/templates/stages/final.j2
+# and cross/Dockerfile.j2: `COPY imagecontract/ /opt/imagebuild/imagecontract/`): on a machine that serves from
+# the checkout (the GPU machine), a serve argv naming such a file names the checkout's copy.
+IMAGE_ROOT = "/opt/imagebuild/"
+FROM_CHECKOUT = ("imagecontract/",)
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+def _on_this_machine(arg: str) -> str:
+    """An argv element naming a file under the image's root -> the checkout's copy; an error for one only the image
+    has (the runtime check would fail with 'can't open file', as it did on the H200 after the guard came in)."""
+    if not arg.startswith(IMAGE_ROOT):
+        return arg
+    inside = arg.removeprefix(IMAGE_ROOT)
+    local = CHECKOUT / inside
+    if not inside.startswith(FROM_CHECKOUT) or not local.is_file():
+        raise ValueError(f"runtime.serve names {arg}, which only the image holds (not {local})")
+    return str(local)
+
+
 def serve_runtime(source: Path, device: str) -> dict[str, Any]:
-    """The runtime block of an image manifest, its serve argv's --device set to ``device``."""
+    """The runtime block of an image manifest, its serve argv's --device set to ``device`` and the files it names
+    from the image's root taken from this checkout."""
     doc = json.loads(source.read_text(encoding="utf-8"))
     runtime = dict(doc["runtime"])
-    argv = list(runtime["serve"])
+    argv = [_on_this_machine(str(arg)) for arg in runtime["serve"]]
     if "--device" not in argv or argv.index("--device") + 1 >= len(argv):
         raise ValueError(f"{source}: runtime.serve has no --device VALUE to set: {argv}")
     argv[argv.index("--device") + 1] = device

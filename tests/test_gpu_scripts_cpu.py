@@ -47,6 +47,10 @@ def test_the_gpu_manifest_fits_the_contract(device: str) -> None:
     assert manifest.runtime is not None
     argv = manifest.runtime.serve
     assert argv[argv.index("--device") + 1] == device  # the server loads the model onto this device
+    # every file it names is on this machine (the guard: the checkout's copy of what the image holds), not only
+    # in an image: the H200 run after issue 21's guard failed with "can't open file /opt/imagebuild/..."
+    named = [a for a in argv if "/" in a and a.endswith(".py")]
+    assert named and all(Path(a).is_file() for a in named), named
     if device == "cuda":
         assert manifest.supports("sm_90") and manifest.included("imagebuild-kernels")
         assert manifest.attention_backends == {"sm_90": ["flash", "efficient", "cudnn", "math"]}
