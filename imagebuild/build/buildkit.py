@@ -81,13 +81,21 @@ class TargetResult:
     size: dict[str, Any] | None = None  # unpacked (and compressed) bytes, largest layers, budget (sizes.py)
 
 
+LOADED = ["--provenance=false", "--output", "type=docker,oci-mediatypes=true"]
+
+
 def command(spec: BuildSpec, engine: Engine) -> list[str]:
     """The exact argv of one build."""
     argv = [*engine.build_prefix(), "--progress", "plain", "--network", "host"]
     if engine.mode == "buildx":
-        # --load, never with rewrite-timestamp: Docker 26.1's exporter into its own store refuses it ("conflicts
+        # Loaded into the engine (type=docker, what --load means) as one OCI manifest per platform. No BuildKit
+        # provenance attestation: it records the build's invocation and times, so on the containerd store, where
+        # it sits beside the image in a local index whose digest is the image ID, every cached rebuild was a new
+        # ID ("there is no such thing as reproducible provenance", moby/buildkit#3421); publish attaches our own
+        # signed SLSA provenance instead. OCI media types asked for: without an attestation the exporter writes
+        # Docker's. Never with rewrite-timestamp: Docker 26.1's exporter into its own store refuses it ("conflicts
         # with unpack", seen); the OCI export and the push take it (bench/reproducible.py).
-        argv += ["--load"] + (["--builder", spec.builder] if spec.builder else [])
+        argv += LOADED + (["--builder", spec.builder] if spec.builder else [])
     elif spec.builder:
         raise ConfigError("--builder needs docker buildx", hint=f"{engine.client} runs BuildKit without buildx")
     argv += ["-f", str(spec.dockerfile), "--iidfile", str(spec.iidfile)] + (["--no-cache"] if spec.no_cache else [])
@@ -254,8 +262,9 @@ def run_build(
         returncode = proc.wait()
     duration = round(time.monotonic() - started, 3)
     ok = returncode == 0 and spec.iidfile.is_file()
-    image_id = spec.iidfile.read_text().strip() if ok else None
-    failed = None if ok else (summary.failed or f"docker build exited {returncode}")
+    image_id, failed = built_id(spec, engine) if ok else (None, None)
+    ok = ok and image_id is not None
+    failed = None if ok else (failed or summary.failed or f"docker build exited {returncode}")
     steps = summary.build_steps
     return TargetResult(
         target=spec.target,
@@ -271,6 +280,23 @@ def run_build(
         dockerfile=str(spec.dockerfile),
         command=[secrets.scrub(arg) for arg in argv],
     )
+
+
+def built_id(spec: BuildSpec, engine: Engine) -> tuple[str | None, str | None]:
+    """(the built image's ID as the engine names it, None) or (None, why not).
+
+    BuildKit's iidfile holds the config digest, the image ID of a graph-driver engine; the containerd store names
+    a one-manifest image by its manifest digest and answers "No such image" to the config digest (seen on Docker
+    26.1), so through buildx the ID is the engine's own for the first tag the build wrote."""
+    if engine.mode != "buildx" or not spec.tags:
+        return spec.iidfile.read_text().strip(), None
+    from imagebuild.engine.cli import CliError, image_id
+
+    try:
+        found = image_id(engine, spec.tags[0])
+    except CliError as exc:
+        return None, f"the built image {spec.tags[0]} could not be inspected: {exc}"
+    return (found, None) if found.startswith("sha256:") else (None, f"{spec.tags[0]} names no image after the build")
 
 
 def run_builds(

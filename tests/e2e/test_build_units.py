@@ -44,7 +44,9 @@ def test_argv_has_host_network_secrets_by_file_and_labels() -> None:
 
 def test_buildx_loads_and_takes_builder_and_registry_cache() -> None:
     argv = command(spec(builder="remote", cache_to=["type=registry,ref=r/c"]), BUILDX)
-    assert argv[1:3] == ["buildx", "build"] and "--load" in argv
+    assert argv[1:3] == ["buildx", "build"] and "--load" not in argv
+    # loaded as one OCI manifest, without BuildKit's provenance (its times made every rebuild a new local ID)
+    assert argv[argv.index("--output") + 1] == "type=docker,oci-mediatypes=true" and "--provenance=false" in argv
     assert argv[argv.index("--builder") + 1] == "remote"
     assert argv[argv.index("--cache-to") + 1] == "type=registry,ref=r/c"
 
