@@ -62,11 +62,6 @@ def need_engine() -> None:
 
 @pytest.mark.docker
 @pytest.mark.registry
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 26: the whole-path rehearsal has not yet been seen passing on Docker 26.1 (its last run stopped at "
-    "the arm64 history 404, fixed since); reported as XFAIL/XPASS by -ra until one CI run shows it green",
-)
 def test_rehearsal_runs_local_cpu_whole_path(tmp_path: Path) -> None:
     need_engine()
     proc, report = rehearse(tmp_path)

@@ -8,6 +8,7 @@ pulling or rebuilding anything.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import re
@@ -205,6 +206,22 @@ class Registry:
         if blob.status_code != 200:
             raise RegistryError(f"GET config {repo}@{digest}: HTTP {blob.status_code}")
         return digest, json.loads(blob.content)
+
+    def blob(self, repo: str, descriptor: dict[str, object], limit: int) -> bytes:
+        """The bytes of a blob its descriptor names, refused before the download when the descriptor says it is
+        larger than limit, and after it when they are larger or do not hash to its digest."""
+        digest, size = descriptor.get("digest"), descriptor.get("size")
+        if not isinstance(digest, str) or not digest.startswith("sha256:") or not isinstance(size, int):
+            raise RegistryError(f"{repo}: a blob descriptor without a sha256 digest and a size")
+        if size > limit:
+            raise RegistryError(f"{repo}@{digest[:19]} is {size} bytes, over the {limit} read here")
+        response = self._request("GET", f"/v2/{repo}/blobs/{digest}", f"repository:{repo}:pull")
+        if response.status_code != 200:
+            raise RegistryError(f"GET blob {repo}@{digest}: HTTP {response.status_code}")
+        body = response.content
+        if len(body) > limit or "sha256:" + hashlib.sha256(body).hexdigest() != digest:
+            raise RegistryError(f"{repo}@{digest[:19]}: the registry's bytes are not that blob")
+        return body
 
     def put_manifest(self, repo: str, tag: str, body: bytes, media_type: str) -> str:
         response = self._request(

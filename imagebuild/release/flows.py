@@ -227,7 +227,7 @@ def promote_one(job: Job, source: str) -> None:
 
     def sign(digest: str) -> None:  # the digest copied into dest, before any public tag there moves
         result.digest, result.digest_ref, result.staging_ref = digest, f"{job.dest}@{digest}", source
-        signing.sign_promote(job.signing, source, result, passed, out, job.log)
+        signing.sign_promote(job.signing, source, result, passed, out, job.log, job.matrix_path)
 
     with job.recorded(result, out):
         signing.before_promote(job.signing, source)
@@ -282,9 +282,9 @@ def promote_index(job: Job, source: str, staged_here: bool = False) -> bool:
             child.digest, child.digest_ref = child_digest, f"{job.dest}@{child_digest}"
             passed = passing[platform]
             child_out = out.parent / slug(platform) / out.name
-            signing.sign_promote(
-                job.signing, f"{src}@{child_digest}", child, [passed] if passed else [], child_out, job.log
-            )
+            smoked = [passed] if passed else []
+            ref = f"{src}@{child_digest}"
+            signing.sign_promote(job.signing, ref, child, smoked, child_out, job.log, job.matrix_path)
         signing.sign_index_digest(job.signing, result, out, job.log)
 
     with job.recorded(result, out):

@@ -126,38 +126,62 @@ def sign_published(
     log: Callable[[str], None],
 ) -> list[str]:
     """Sign repo@digest; attest the image's SBOM, its provenance and each passing smoke report."""
-    from imagebuild.release.sbom_image import component_sources
-
     sbom = read_image_file(client, image_id, SBOM_PATH)
-    if sbom is None:
-        raise PublishFailed(f"{image_id[:19]} has no {SBOM_PATH}", hint="build it with `imagebuild build`")
-    error = validate(sbom.decode())
-    if error:
-        raise PublishFailed(f"{SBOM_PATH} of {image_id[:19]} is not valid CycloneDX: {error}")
     manifest_bytes = read_image_file(client, image_id, MANIFEST_PATH)
-    try:  # read once, through the contract's model
-        manifest = Manifest.from_dict(json.loads(manifest_bytes)) if manifest_bytes else None
-    except (ValueError, RecursionError) as exc:  # ModelError is a ValueError
-        raise PublishFailed(f"{MANIFEST_PATH} of {image_id[:19]} does not fit the contract: {str(exc)[:200]}") from None
     labels = client.images.get(image_id).labels or {}
-    matrix_path = Path(context["matrix_path"])
-    sources = component_sources(matrix_path) if matrix_path.is_file() else {}
     name = str(repo)
-    items = [("sbom", attest.SBOM_TYPE, _write(out_dir, "sbom", attest.SBOM_TYPE, name, digest, json.loads(sbom)))]
-    prov = attest.provenance(
-        labels, manifest, str(context["matrix_display"]), sources, context.get("engine"), image_id=image_id
-    )
-    items.append(
-        (
-            "provenance",
-            attest.PROVENANCE_TYPE,
-            _write(out_dir, "provenance", attest.PROVENANCE_TYPE, name, digest, prov),
-        )
-    )
+    items = _sbom_and_provenance(sbom, manifest_bytes, labels, image_id, context, (name, digest, out_dir))
     for arch, report in _smoke(passed):
         path = _write(out_dir, f"smoke-{arch.replace(':', '_')}", attest.SMOKE_TYPE, name, digest, report)
         items.append((f"smoke {arch}", attest.SMOKE_TYPE, path))
     return _attach(repo, digest, items, signer, log)
+
+
+def _sbom_and_provenance(
+    sbom: bytes | None,
+    manifest_bytes: bytes | None,
+    labels: dict[str, Any],
+    image_id: str,
+    context: dict[str, Any],
+    where: tuple[str, str, Path],
+) -> list[tuple[str, str, Path]]:
+    """The SBOM and provenance predicates of one image (its files and labels), written for cosign to attest;
+    PublishFailed when the SBOM is missing or not CycloneDX, or the manifest does not fit the contract."""
+    from imagebuild.release.sbom_image import component_sources
+
+    name, digest, out_dir = where
+    if sbom is None:
+        raise PublishFailed(f"{image_id[:19]} has no {SBOM_PATH}", hint="build it with `imagebuild build`")
+    error = validate(sbom.decode(errors="replace"))
+    if error:
+        raise PublishFailed(f"{SBOM_PATH} of {image_id[:19]} is not valid CycloneDX: {error}")
+    try:  # read once, through the contract's model
+        manifest = Manifest.from_dict(json.loads(manifest_bytes)) if manifest_bytes else None
+    except (ValueError, RecursionError) as exc:  # ModelError is a ValueError
+        raise PublishFailed(f"{MANIFEST_PATH} of {image_id[:19]} does not fit the contract: {str(exc)[:200]}") from None
+    matrix_path = Path(context["matrix_path"])
+    sources = component_sources(matrix_path) if matrix_path.is_file() else {}
+    items = [("sbom", attest.SBOM_TYPE, _write(out_dir, "sbom", attest.SBOM_TYPE, name, digest, json.loads(sbom)))]
+    prov = attest.provenance(
+        labels, manifest, str(context["matrix_display"]), sources, context.get("engine"), image_id=image_id
+    )
+    path = _write(out_dir, "provenance", attest.PROVENANCE_TYPE, name, digest, prov)
+    items.append(("provenance", attest.PROVENANCE_TYPE, path))
+    return items
+
+
+def _from_registry(
+    registry: Registry, src: RepoRef, digest: str, image_id: str, context: dict[str, Any], where: tuple[str, str, Path]
+) -> list[tuple[str, str, Path]]:
+    """The SBOM and provenance of a staged digest nobody attested, from its config and its layers (CI: the
+    release job promotes digests that other runners built and staged unsigned, and holds no local image)."""
+    from imagebuild.release.image_files import read_files
+
+    _, config = registry.config(src.repo, digest)
+    labels = (config.get("config") or {}).get("Labels") or {}  # type: ignore[union-attr]
+    files = read_files(registry, src.repo, digest, (SBOM_PATH, MANIFEST_PATH))
+    labels = labels if isinstance(labels, dict) else {}
+    return _sbom_and_provenance(files.get(SBOM_PATH), files.get(MANIFEST_PATH), labels, image_id, context, where)
 
 
 def sign_index(repo: RepoRef, digest: str, signer: Signer, log: Callable[[str], None]) -> list[str]:
@@ -173,18 +197,27 @@ def sign_promoted(
     signer: Signer,
     out_dir: Path,
     log: Callable[[str], None],
+    context: dict[str, Any] | None = None,
 ) -> list[str]:
-    """Copy the staging attestations of digest to dest, then sign there and attest the smoke reports."""
+    """Copy the staging attestations of digest to dest, then sign there and attest the smoke reports.
+
+    A digest staged without attestations (CI's build jobs stage unsigned; only the release identity signs) gets
+    its SBOM and provenance made here from what the registry holds (context: the matrix path and its display,
+    and the image ID its smoke named)."""
     tag = digest.replace(":", "-") + ".att"
     registry = Registry(dest)
+    items: list[tuple[str, str, Path]] = []
     try:
         staged = registry.digest(src.repo, tag)
         if staged and src.repo != dest.repo:
             log(f"copy attestations {src}:{tag} -> {dest}:{tag}")
             registry.copy(src.repo, staged, dest.repo, tag)
+        elif not staged and context is not None:
+            log(f"{src}@{digest[:19]} was staged unattested: its SBOM and provenance from the registry")
+            where = (str(dest), digest, out_dir)
+            items = _from_registry(registry, src, digest, str(context.get("image_id") or digest), context, where)
     except RegistryError as exc:
         raise PublishFailed(f"copying the attestations of {src}@{digest} failed: {exc}") from exc
-    items = []
     for arch, report in _smoke(passed):
         path = _write(out_dir, f"smoke-{arch.replace(':', '_')}", attest.SMOKE_TYPE, str(dest), digest, report)
         items.append((f"smoke {arch}", attest.SMOKE_TYPE, path))

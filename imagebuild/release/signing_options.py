@@ -155,10 +155,17 @@ def before_promote(signing: Signing, source: str) -> None:
 
 
 def sign_promote(
-    signing: Signing, source: str, result: PublishResult, passed: Sequence[Passed], out_path: Path, log: Log
+    signing: Signing,
+    source: str,
+    result: PublishResult,
+    passed: Sequence[Passed],
+    out_path: Path,
+    log: Log,
+    matrix_path: Path | None = None,
 ) -> None:
     """Copy the staged attestations, sign the digest in the destination (copied there by digest, no tag yet),
-    attest the passing smoke reports."""
+    attest the passing smoke reports. With matrix_path, a digest staged unattested gets its SBOM and provenance
+    from the registry (the provenance naming the image ID its smoke report names)."""
     from imagebuild.engine.registry import RepoRef
     from imagebuild.release.signing import sign_promoted
 
@@ -166,5 +173,11 @@ def sign_promote(
         return
     src = RepoRef.parse(source.partition("@")[0])
     dest = RepoRef.parse(result.repository)
-    attached = sign_promoted(src, dest, result.digest, passed, signing.signer, out_path.parent / "attestations", log)
+    smoked = passed[0].report.image_id if passed else result.image_id
+    context = (
+        {"matrix_path": matrix_path, "matrix_display": matrix_path.name, "image_id": smoked} if matrix_path else None
+    )
+    attached = sign_promoted(
+        src, dest, result.digest, passed, signing.signer, out_path.parent / "attestations", log, context
+    )
     _record(out_path, result, signing.signer, attached)
