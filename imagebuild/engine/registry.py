@@ -36,6 +36,9 @@ def deadline() -> float:
     return env_seconds("IMAGEBUILD_REGISTRY_DEADLINE", 300)
 
 
+CONFIG_LIMIT = 4 * 1024 * 1024  # an image config is kilobytes; one larger is not read
+
+
 class RegistryError(Exception):
     """A registry answered with an error, or could not be reached (`transient` says whether to retry)."""
 
@@ -201,11 +204,8 @@ class Registry:
         manifest = json.loads(body)
         if "config" not in manifest:
             raise RegistryError(f"{repo}@{reference} is an index, not a single image")
-        digest = manifest["config"]["digest"]
-        blob = self._request("GET", f"/v2/{repo}/blobs/{digest}", f"repository:{repo}:pull")
-        if blob.status_code != 200:
-            raise RegistryError(f"GET config {repo}@{digest}: HTTP {blob.status_code}")
-        return digest, json.loads(blob.content)
+        descriptor = manifest["config"]
+        return str(descriptor.get("digest")), json.loads(self.blob(repo, descriptor, CONFIG_LIMIT))
 
     def blob(self, repo: str, descriptor: dict[str, object], limit: int) -> bytes:
         """The bytes of a blob its descriptor names, refused before the download when the descriptor says it is
