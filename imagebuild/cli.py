@@ -48,6 +48,9 @@ class ErrorMappingGroup(click.Group):
         return importlib.import_module(f"imagebuild.commands.{cmd_name}").command
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
+        from imagebuild.signals import install_sigterm_as_interrupt
+
+        install_sigterm_as_interrupt()  # SIGTERM unwinds like SIGINT: the cleanup below runs for both (issue 34)
         try:
             return super().invoke(ctx)
         except ImagebuildError as exc:
@@ -55,14 +58,16 @@ class ErrorMappingGroup(click.Group):
                 raise
             click.echo(f"error: {exc}", err=True)
             sys.exit(exc.exit_code)
-        except (KeyboardInterrupt, click.exceptions.Abort):  # SIGINT: 128 + 2, as a shell says, never 1 ("a
-            # check found a difference"); the `finally` blocks below the command (containers, temp files) ran
-            click.echo("error: interrupted", err=True)
+        except (KeyboardInterrupt, click.exceptions.Abort) as exc:  # SIGINT: 128 + 2, as a shell says, never 1
+            # ("a check found a difference"); the `finally` blocks below the command (containers, temp files) ran.
+            # SIGTERM (imagebuild/signals.py): the same path, 128 + 15
+            code = getattr(exc, "exit_code", EXIT_INTERRUPTED)
+            click.echo("error: terminated (SIGTERM)" if code != EXIT_INTERRUPTED else "error: interrupted", err=True)
             sys.stdout.flush()
             sys.stderr.flush()
             # not sys.exit: a worker thread still blocked on an engine that never answers would be joined at
             # exit (concurrent.futures), so the process would outlive the interrupt by the engine's deadline
-            os._exit(EXIT_INTERRUPTED)
+            os._exit(code)
         except (OSError, UnicodeError, ValueError) as exc:  # a file that cannot be written or read, or bytes that
             # are not the text / JSON a command expects: one line, exit 2 (commands/common.py says which)
             from imagebuild.commands.common import one_line
