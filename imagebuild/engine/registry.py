@@ -37,6 +37,10 @@ def deadline() -> float:
 
 
 CONFIG_LIMIT = 4 * 1024 * 1024  # an image config is kilobytes; one larger is not read
+# A manifest or index is kilobytes; the registry itself refuses to store one over 4 MiB (distribution's
+# maxManifestBodySize, registry/handlers/manifests.go), so a larger answer is not a manifest: not read past this.
+MANIFEST_LIMIT = 4 * 1024 * 1024
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 class RegistryError(Exception):
@@ -45,6 +49,10 @@ class RegistryError(Exception):
     def __init__(self, message: str, transient: bool = False) -> None:
         super().__init__(message)
         self.transient = transient
+
+
+class TooLarge(RegistryError):
+    """An answer larger than the bytes a read allows (its Content-Length, or what came): nothing past it read."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +106,24 @@ def _docker_config_auth(host: str) -> tuple[str, str] | None:
     return None
 
 
+def _read_capped(response: requests.Response, cap: int, url: str) -> bytes:
+    """A streamed response's body, refused when Content-Length says more than cap (nothing read) and when more
+    than cap bytes come (reading stops at cap + 1); the connection is closed either way."""
+    try:
+        length = response.headers.get("Content-Length")
+        if length is not None and length.strip().isdigit() and int(length) > cap:
+            raise TooLarge(f"{url.split('://', 1)[-1][:200]}: answers {int(length)} bytes, over the {cap} read here")
+        chunks, got = [], 0
+        for chunk in response.iter_content(64 * 1024):
+            chunks.append(chunk)
+            got += len(chunk)
+            if got > cap:
+                raise TooLarge(f"{url.split('://', 1)[-1][:200]}: answers over the {cap} bytes read here")
+        return b"".join(chunks)
+    finally:
+        response.close()
+
+
 class Registry:
     """One registry host; Bearer and Basic auth answered on a 401 challenge."""
 
@@ -110,13 +136,16 @@ class Registry:
         self.tokens: dict[str, str] = {}
         self.limit: float | None = None  # seconds per request instead of deadline() (lock --check-remote)
 
-    def _request(self, method: str, path: str, scope: str, **kwargs: object) -> requests.Response:
+    def _request(
+        self, method: str, path: str, scope: str, cap: int | None = None, **kwargs: object
+    ) -> requests.Response:
+        """One request (answering a 401 challenge once); with cap, no more than cap bytes of its body are read."""
         url = self.ref.base_url + path
         headers = dict(kwargs.pop("headers", {}) or {})  # type: ignore[call-overload]
         for attempt in range(2):
             if scope in self.tokens:
                 headers["Authorization"] = self.tokens[scope]
-            response = self._send(method, url, headers, kwargs)
+            response = self._send(method, url, headers, kwargs, cap)
             if response.status_code == 401 and attempt == 0 and self._authenticate(response, scope):
                 continue
             if response.status_code >= 500 or response.status_code == 429:
@@ -124,8 +153,10 @@ class Registry:
             return response
         return response
 
-    def _send(self, method: str, url: str, headers: dict[str, str], kwargs: dict[str, object]) -> requests.Response:
-        """One request, its whole answer read within deadline() seconds.
+    def _send(
+        self, method: str, url: str, headers: dict[str, str], kwargs: dict[str, object], cap: int | None = None
+    ) -> requests.Response:
+        """One request, its whole answer read within deadline() seconds (and, with cap, at most cap bytes of it).
 
         requests' timeout bounds each read, so a registry that trickles a byte at a time would hold a publish
         forever; the request runs on a daemon thread that is abandoned (and its session closed) at the deadline.
@@ -135,8 +166,18 @@ class Registry:
 
         def work() -> None:
             try:
-                response = self.session.request(method, url, headers=headers, timeout=TIMEOUT, **kwargs)  # type: ignore[arg-type]
-                _ = response.content  # the body too, inside the deadline
+                response = self.session.request(
+                    method,
+                    url,
+                    headers=headers,
+                    timeout=TIMEOUT,
+                    stream=cap is not None,
+                    **kwargs,  # type: ignore[arg-type]
+                )
+                if cap is None:
+                    _ = response.content  # the body too, inside the deadline
+                else:
+                    response._content = _read_capped(response, cap, url)  # what .content answers from now on
                 outcome["response"] = response
             except BaseException as exc:  # handed to the caller's thread
                 outcome["error"] = exc
@@ -187,16 +228,30 @@ class Registry:
         return response.headers.get("Docker-Content-Digest")
 
     def manifest(self, repo: str, reference: str) -> tuple[bytes, str]:
-        """The manifest bytes (unchanged, so the digest holds) and their media type."""
+        """The manifest bytes (unchanged, so the digest holds) and their media type: the ONE way any part of
+        imagebuild reads a manifest or index from a registry (publish, promote, verify, lock --check-remote).
+
+        Bounded: refused before the body when Content-Length says over MANIFEST_LIMIT, and never more than
+        MANIFEST_LIMIT + 1 bytes read (streamed) when it lies or is absent. Checked: by digest, the bytes must
+        hash to it; by tag, to the Docker-Content-Digest the registry names (when it names one)."""
         response = self._request(
             "GET",
             f"/v2/{repo}/manifests/{reference}",
             f"repository:{repo}:pull",
+            cap=MANIFEST_LIMIT,
             headers={"Accept": ", ".join(MANIFEST_TYPES)},
         )
         if response.status_code != 200:
             raise RegistryError(f"GET manifest {repo}@{reference}: HTTP {response.status_code}")
-        return response.content, response.headers.get("Content-Type", MANIFEST_TYPES[0])
+        body = response.content
+        actual = "sha256:" + hashlib.sha256(body).hexdigest()
+        named = response.headers.get("Docker-Content-Digest", "")
+        expected = reference if reference.startswith("sha256:") else named if DIGEST.fullmatch(named) else actual
+        if actual != expected:
+            raise RegistryError(
+                f"{repo}@{reference[:71]}: the registry's bytes hash to {actual[:19]}, not {expected[:19]}"
+            )
+        return body, response.headers.get("Content-Type", MANIFEST_TYPES[0])
 
     def config(self, repo: str, reference: str) -> tuple[str, dict[str, object]]:
         """The image config digest (the image ID an engine gives it) and the config itself."""
@@ -215,7 +270,10 @@ class Registry:
             raise RegistryError(f"{repo}: a blob descriptor without a sha256 digest and a size")
         if size > limit:
             raise RegistryError(f"{repo}@{digest[:19]} is {size} bytes, over the {limit} read here")
-        response = self._request("GET", f"/v2/{repo}/blobs/{digest}", f"repository:{repo}:pull")
+        try:
+            response = self._request("GET", f"/v2/{repo}/blobs/{digest}", f"repository:{repo}:pull", cap=limit)
+        except TooLarge as exc:  # larger than its descriptor lets it be
+            raise RegistryError(f"{repo}@{digest[:19]}: the registry's bytes are not that blob ({exc})") from None
         if response.status_code != 200:
             raise RegistryError(f"GET blob {repo}@{digest}: HTTP {response.status_code}")
         body = response.content
