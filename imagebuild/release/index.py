@@ -8,14 +8,13 @@ whose children are exactly those digests, read back and checked (ociindex.verify
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from imagebuild.engine.registry import Registry, RepoRef
 from imagebuild.plan.image_key import ImageKey
-from imagebuild.release.ociindex import Child, assemble, read_index, verify_index
+from imagebuild.release.ociindex import Child, assemble, checked_index, verify_index
 from imagebuild.release.publish import (
     PublishResult,
     publish_image,
@@ -95,6 +94,7 @@ def write_indexes(
 
 
 def index_children(registry: Registry, repo: RepoRef, reference: str) -> dict[str, str] | None:
-    """platform -> child digest when reference is an index, None when it is one image."""
-    body, _ = registry.manifest(repo.repo, reference)
-    return read_index(registry, repo.repo, reference) if "manifests" in json.loads(body) else None
+    """platform -> child digest when reference is an index (every entry checked against its child:
+    ociindex.checked_index), None when it is one image."""
+    index = checked_index(registry, repo.repo, reference)
+    return None if index is None else index.children
