@@ -16,9 +16,18 @@ What a request gets (OpenAI's error shape, `{"error": {"message", "type", "param
   NaN/Infinity, a 4,300+ digit number, nesting past Python's limit, an unknown field, a field of the wrong type
   or outside its range, `messages` / `prompt` missing or empty, `n` other than 1, `max_tokens` (or
   `max_completion_tokens`) below 1 or above N. A request without one gets N (transformers would use 1024).
-- 429: C generations are running. 503: the runtime is not up; 504: it did not answer in time.
-- `model` is always the served model (a client cannot make the runtime load another); only POST
-  /v1/completions, POST /v1/chat/completions, GET /v1/models and GET /health are relayed, all else is 404.
+- A request past the C running waits for a slot (first come, first served), at most Q waiting (4 C unless
+  --max-waiting) for at most --queue-timeout-s (120); past either: 429 with `Retry-After` (seconds, estimated
+  from the recent generations), which OpenAI's clients honour. 503: the runtime is not up (`Retry-After` too);
+  504: it did not answer in time.
+- `model` must be the served model (--model): another, or none, is a 404 `model_not_found`, as OpenAI's API
+  answers; GET /v1/models lists that one model. Only POST /v1/completions, POST /v1/chat/completions, GET
+  /v1/models and GET /health are served, all else is 404.
+- Slow or idle clients cannot hold the server: a request's line and headers must arrive within 10 s of the
+  connection's start (or of the previous answer on it), its body within 30 s of its headers (else 408, and the
+  connection is closed); an idle keep-alive connection is closed after 5 s. uvicorn 0.54.0's h11 protocol has
+  no header deadline (its keep-alive timer starts only after a first answer and any byte cancels it), so the
+  guard adds it (GuardedH11 below). Open connections: at most 512 (past it uvicorn answers 503).
 - A client that leaves mid-stream closes the relayed stream, which `transformers serve` answers by cancelling
   its streamer; a non-streaming generation goes on at most N tokens.
 """
@@ -27,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import math
 import os
@@ -61,6 +71,8 @@ MAX_MESSAGES = 256
 MAX_STOP = 4
 MAX_ANSWER = 16 << 20  # a non-streaming answer read back from the runtime
 HEALTH_TIMEOUT_S = 5.0
+MAX_CONNECTIONS = 512  # open client connections (uvicorn's limit_concurrency): idle ones are closed by the deadlines
+RETRY_AFTER_MAX_S = 60  # OpenAI's Python client honours a Retry-After of at most 60 s (its own backoff past that)
 
 
 @dataclass(frozen=True)
@@ -69,16 +81,34 @@ class Limits:
     max_request_bytes: int
     max_concurrency: int
     upstream_timeout_s: float = 300.0
+    max_waiting: int | None = None  # requests waiting for a slot; None: 4 x max_concurrency
+    queue_timeout_s: float = 120.0  # how long one waits for a slot
+    header_timeout_s: float = 10.0  # the request line and headers, from the connection's start or last answer
+    body_timeout_s: float = 30.0  # the whole body, from its headers
+    keep_alive_s: int = 5  # an idle connection between requests
+
+    @property
+    def waiting(self) -> int:
+        return self.max_waiting if self.max_waiting is not None else 4 * self.max_concurrency
 
 
 class Refused(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.param = status, message, param
+        self.code, self.headers = code, dict(headers or {})
 
     def body(self) -> dict[str, Any]:
         kind = "invalid_request_error" if self.status < 500 else "server_error"
-        return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.status}}
+        code = self.code if self.code is not None else self.status
+        return {"error": {"message": self.message, "type": kind, "param": self.param, "code": code}}
 
 
 def _no_constant(name: str) -> None:
@@ -146,7 +176,7 @@ def _messages(value: object, limit: int) -> None:
 
 
 def check(path: str, doc: dict[str, Any], limits: Limits, model: str | None) -> dict[str, Any]:
-    """The request to relay (max_tokens set, model fixed), or Refused naming the field."""
+    """The request to relay (max_tokens set), or Refused naming the field (404 for another model than `model`)."""
     allowed = FIELDS[path]
     unknown = sorted(set(doc) - allowed)
     if unknown:
@@ -181,11 +211,13 @@ def check(path: str, doc: dict[str, Any], limits: Limits, model: str | None) -> 
             _text(item, "stop", 256)
     if "user" in doc:
         _text(doc["user"], "user", 256)
+    if model is not None and doc.get("model") != model:
+        given = doc.get("model")
+        what = "no model was given" if given is None else f"the model {given[:80]!r} does not exist"
+        raise Refused(404, f"{what}: this server serves {model[:200]!r}", "model", "model_not_found")
     out = dict(doc)
     if out.get("max_tokens") is None and out.get("max_completion_tokens") is None:
         out["max_tokens"] = limits.max_new_tokens  # transformers' default would be 1024
-    if model is not None:
-        out["model"] = model
     return out
 
 
@@ -225,29 +257,92 @@ async def _open(port: int, method: str, path: str, body: bytes | None, timeout: 
     return status, ctype, reader, writer
 
 
+class Slots:
+    """At most `size` generations at once; up to `waiting` more wait for a slot in arrival order, each at most
+    `timeout` seconds. A full queue or a wait that runs out is a 429 whose Retry-After is an estimate of when a
+    slot frees (the recent generations' mean duration per round of `size`), 1 to 60 s."""
+
+    def __init__(self, size: int, waiting: int, timeout: float) -> None:
+        self.size, self.waiting, self.timeout = size, waiting, timeout
+        self.running = 0
+        self.queue: collections.deque[asyncio.Future[None]] = collections.deque()
+        self.mean_s: float | None = None  # moving mean of a generation's seconds
+
+    def retry_after(self) -> int:
+        rounds = (len(self.queue) + self.size) / self.size
+        return max(1, min(RETRY_AFTER_MAX_S, math.ceil((self.mean_s or 1.0) * rounds)))
+
+    def busy(self, message: str) -> Refused:
+        headers = {"Retry-After": str(self.retry_after())}
+        return Refused(429, message, None, "rate_limit_exceeded", headers)
+
+    async def take(self, gone: Any) -> bool:
+        """A slot (True), or False when `gone` (the client's disconnect) finished first; Refused 429 else."""
+        if self.running < self.size and not self.queue:
+            self.running += 1
+            return True
+        if len(self.queue) >= self.waiting:
+            raise self.busy(f"this server runs {self.size} requests at once and {self.waiting} are waiting")
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.queue.append(turn)
+        leaving = asyncio.ensure_future(gone())
+        try:
+            await asyncio.wait({turn, leaving}, timeout=self.timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            leaving.cancel()
+            if not turn.done():
+                turn.cancel()
+                self.queue.remove(turn)
+        if turn.cancelled():  # timed out (or the client left) before a slot was handed over
+            if leaving.done() and not leaving.cancelled():
+                return False
+            raise self.busy(f"no slot freed within {self.timeout:.0f} s ({self.size} requests run at once)")
+        if leaving.done() and not leaving.cancelled():  # handed a slot as the client left: give it on
+            self.release(None)
+            return False
+        return True
+
+    def release(self, seconds: float | None) -> None:
+        """Free a slot: handed to the first waiter still waiting, else one fewer running."""
+        if seconds is not None:
+            self.mean_s = seconds if self.mean_s is None else 0.8 * self.mean_s + 0.2 * seconds
+        while self.queue:
+            turn = self.queue.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self.running -= 1
+
+
 def build_app(limits: Limits, upstream: dict[str, int], model: str | None) -> Any:
     from starlette.applications import Starlette
     from starlette.requests import ClientDisconnect, Request
     from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
-    running = {"n": 0}
+    slots = Slots(limits.max_concurrency, limits.waiting, limits.queue_timeout_s)
+    too_large = f"the body is larger than this server's {limits.max_request_bytes} bytes"
 
     def refused(exc: Refused) -> Response:
-        return JSONResponse(exc.body(), status_code=exc.status)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
     async def read_body(request: Request) -> bytes:
         length = request.headers.get("content-length")
         if length is not None and (not length.isascii() or not length.isdigit() or len(length) > 19):
-            raise Refused(400, "Content-Length is not a number")
+            raise Refused(400, "Content-Length is not a number", headers={"Connection": "close"})
         if length is not None and int(length) > limits.max_request_bytes:
-            raise Refused(413, f"the body is larger than this server's {limits.max_request_bytes} bytes")
+            raise Refused(413, too_large, headers={"Connection": "close"})
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limits.max_request_bytes:
-                raise Refused(413, f"the body is larger than this server's {limits.max_request_bytes} bytes")
-            chunks.append(chunk)
+        try:
+            async with asyncio.timeout(limits.body_timeout_s):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limits.max_request_bytes:
+                        raise Refused(413, too_large, headers={"Connection": "close"})
+                    chunks.append(chunk)
+        except TimeoutError:
+            message = f"the body did not arrive within {limits.body_timeout_s:g} s"
+            raise Refused(408, message, headers={"Connection": "close"}) from None
         return b"".join(chunks)
 
     async def generate(request: Request) -> Response:
@@ -258,22 +353,31 @@ def build_app(limits: Limits, upstream: dict[str, int], model: str | None) -> An
             return refused(exc)
         except ClientDisconnect:
             return Response(status_code=400)
-        if running["n"] >= limits.max_concurrency:
-            return refused(Refused(429, f"this server runs at most {limits.max_concurrency} requests at once"))
-        running["n"] += 1
+
+        async def gone() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+
+        try:
+            if not await slots.take(gone):
+                return Response(status_code=499)  # the client left while waiting: nothing to answer
+        except Refused as exc:
+            return refused(exc)
+        started = time.monotonic()
         released = False
 
-        def release() -> None:
+        def release(finished: bool) -> None:
             nonlocal released
             if not released:
-                released, running["n"] = True, running["n"] - 1
+                released = True
+                slots.release(time.monotonic() - started if finished else None)
 
         try:
             status, ctype, reader, writer = await _open(
                 upstream["port"], "POST", request.url.path, json.dumps(doc).encode(), limits.upstream_timeout_s
             )
         except Refused as exc:
-            release()
+            release(False)
             return refused(exc)
         if doc.get("stream") and status == 200:
 
@@ -283,16 +387,16 @@ def build_app(limits: Limits, upstream: dict[str, int], model: str | None) -> An
                         yield chunk
                 finally:  # the client left (cancelled) or the stream ended: the runtime sees the close
                     writer.close()
-                    release()
+                    release(True)
 
             return StreamingResponse(relay(), status_code=status, media_type=ctype)
         try:
-            body = await _bounded_answer(request, reader, limits.upstream_timeout_s)
+            body = await _bounded_answer(gone, reader, limits.upstream_timeout_s)
         except Refused as exc:
             return refused(exc)
         finally:
             writer.close()
-            release()
+            release(True)
         if body is None:  # the client left: nothing to answer
             return Response(status_code=499)
         return Response(body, status_code=status, media_type=ctype)
@@ -307,8 +411,15 @@ def build_app(limits: Limits, upstream: dict[str, int], model: str | None) -> An
             finally:
                 writer.close()
         except (TimeoutError, Refused, OSError):
-            return JSONResponse({"status": "starting"}, status_code=503)
+            return JSONResponse({"status": "starting"}, status_code=503, headers={"Retry-After": "1"})
         return Response(body, status_code=status, media_type=ctype)
+
+    async def models(request: Request) -> Response:
+        """The one model a request may name (OpenAI's list shape); the runtime's own list without --model."""
+        if model is None:
+            return await passthrough(request)
+        entry = {"id": model, "object": "model", "created": 0, "owned_by": "imagebuild"}
+        return JSONResponse({"object": "list", "data": [entry]})
 
     async def not_found(request: Request) -> Response:
         return refused(Refused(404, f"{request.method} {request.url.path[:80]} is not served here"))
@@ -316,14 +427,60 @@ def build_app(limits: Limits, upstream: dict[str, int], model: str | None) -> An
     routes = [
         Route("/v1/completions", generate, methods=["POST"]),
         Route("/v1/chat/completions", generate, methods=["POST"]),
-        Route("/v1/models", passthrough, methods=["GET"]),
+        Route("/v1/models", models, methods=["GET"]),
         Route("/health", passthrough, methods=["GET"]),
         Route("/{rest:path}", not_found, methods=["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]),
     ]
     return Starlette(routes=routes)
 
 
-async def _bounded_answer(request: Any, reader: Any, timeout: float) -> bytes | None:
+def guarded_h11(header_timeout_s: float) -> type:
+    """uvicorn's h11 protocol with a deadline for each request's line and headers: armed when the connection
+    opens and after every answer, disarmed when the headers are complete; at the deadline the connection is
+    closed. (uvicorn 0.54.0 h11_impl.py: its keep-alive timer is armed only in on_response_complete and
+    cancelled by every data_received, so a client that never finishes its headers, or sends nothing, holds a
+    connection for ever.)"""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11(H11Protocol):
+        _deadline: asyncio.TimerHandle | None = None
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._deadline = self.loop.call_later(header_timeout_s, self._too_slow)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _too_slow(self) -> None:
+            self._deadline = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def handle_events(self) -> None:
+            cycle = self.cycle
+            super().handle_events()
+            if self.cycle is not cycle:  # a request's headers are complete: its body has its own deadline
+                self._disarm()
+
+        def on_response_complete(self) -> None:
+            self._arm()  # before: a pipelined request handled inside disarms it again
+            super().on_response_complete()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return GuardedH11
+
+
+async def _bounded_answer(gone: Any, reader: Any, timeout: float) -> bytes | None:
     """The runtime's whole answer (at most MAX_ANSWER bytes), or None when the client disconnected first."""
 
     async def body() -> bytes:
@@ -333,10 +490,6 @@ async def _bounded_answer(request: Any, reader: Any, timeout: float) -> bytes | 
             if len(out) > MAX_ANSWER:
                 raise Refused(502, f"the runtime's answer is larger than {MAX_ANSWER} bytes")
         return bytes(out)
-
-    async def gone() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
 
     reading, leaving = asyncio.ensure_future(body()), asyncio.ensure_future(gone())
     done, _ = await asyncio.wait({reading, leaving}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
@@ -362,26 +515,51 @@ def positive(text: str) -> int:
     return int(text)
 
 
+def tcp_port(text: str) -> int:
+    port = positive(text)
+    if port > 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a TCP port (1 to 65535)")
+    return port
+
+
+def _arguments(args_in: list[str]) -> tuple[argparse.Namespace, Limits]:
+    parser = argparse.ArgumentParser(prog="openai-guard", description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=tcp_port, required=True)
+    parser.add_argument("--model", help="the served model: a request naming another (or none) is a 404")
+    parser.add_argument("--max-new-tokens", type=positive, required=True)
+    parser.add_argument("--max-request-bytes", type=positive, required=True)
+    parser.add_argument("--max-concurrency", type=positive, required=True)
+    parser.add_argument("--upstream-timeout-s", type=positive, default=300)
+    parser.add_argument("--max-waiting", type=positive, help="requests waiting for a slot (default 4 x concurrency)")
+    parser.add_argument("--queue-timeout-s", type=positive, default=120, help="how long one waits for a slot")
+    parser.add_argument("--header-timeout-s", type=positive, default=10, help="a request's line and headers")
+    parser.add_argument("--body-timeout-s", type=positive, default=30, help="a request's body, after its headers")
+    args = parser.parse_args(args_in)
+    limits = Limits(
+        args.max_new_tokens,
+        args.max_request_bytes,
+        args.max_concurrency,
+        args.upstream_timeout_s,
+        args.max_waiting,
+        args.queue_timeout_s,
+        args.header_timeout_s,
+        args.body_timeout_s,
+    )
+    return args, limits
+
+
 def main(argv: list[str] | None = None) -> int:
     args_in = sys.argv[1:] if argv is None else argv
     if "--" not in args_in:
         print("error: openai-guard ... -- RUNTIME ARGV (the runtime's command after --)", file=sys.stderr)
         return 2
     split = args_in.index("--")
-    parser = argparse.ArgumentParser(prog="openai-guard", description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=positive, required=True)
-    parser.add_argument("--model", help="the served model: every request's `model` is set to it")
-    parser.add_argument("--max-new-tokens", type=positive, required=True)
-    parser.add_argument("--max-request-bytes", type=positive, required=True)
-    parser.add_argument("--max-concurrency", type=positive, required=True)
-    parser.add_argument("--upstream-timeout-s", type=positive, default=300)
-    args = parser.parse_args(args_in[:split])
+    args, limits = _arguments(args_in[:split])
     runtime = args_in[split + 1 :]
     if not runtime:
         print("error: openai-guard: no runtime command after --", file=sys.stderr)
         return 2
-    limits = Limits(args.max_new_tokens, args.max_request_bytes, args.max_concurrency, args.upstream_timeout_s)
     upstream = {"port": free_port()}
     child_argv = [a.replace("{upstream_port}", str(upstream["port"])) for a in runtime]
     try:
@@ -397,8 +575,9 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         log_level="warning",
         lifespan="off",
-        limit_concurrency=4 * limits.max_concurrency + 4,  # connections: the health poller and waiting clients
-        timeout_keep_alive=5,
+        http=guarded_h11(limits.header_timeout_s),  # h11 (the image has no httptools), with a header deadline
+        limit_concurrency=MAX_CONNECTIONS,  # open connections: slow and idle ones are closed by the deadlines
+        timeout_keep_alive=limits.keep_alive_s,
         h11_max_incomplete_event_size=16 << 10,  # request line and headers
     )
     server = uvicorn.Server(config)
@@ -412,7 +591,8 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(target=watch, daemon=True).start()
     print(
         f"openai-guard: {args.host}:{args.port} -> 127.0.0.1:{upstream['port']} ({child_argv[0]}); limits: "
-        f"{limits.max_new_tokens} new tokens, {limits.max_request_bytes} bytes, {limits.max_concurrency} at once",
+        f"{limits.max_new_tokens} new tokens, {limits.max_request_bytes} bytes, {limits.max_concurrency} at once, "
+        f"{limits.waiting} waiting",
         file=sys.stderr,
         flush=True,
     )

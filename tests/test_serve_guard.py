@@ -89,5 +89,16 @@ def test_the_issues_requests_are_refused_naming_the_field(path: str, body: dict[
 
 
 def test_a_request_without_max_tokens_gets_the_limit_not_transformers_1024() -> None:
-    out = check("/v1/completions", {"model": "other", "prompt": "hello"}, LIMITS, "/served")
+    out = check("/v1/completions", {"model": "/served", "prompt": "hello"}, LIMITS, "/served")
     assert out["max_tokens"] == 128 and out["model"] == "/served"
+
+
+@pytest.mark.parametrize("given", ["other", "/served/", "", None])
+def test_another_model_or_none_is_a_404_model_not_found_as_openai_answers(given: str | None) -> None:
+    """Issue 34: the runtime must not be asked for (or load) another model; OpenAI's API answers 404."""
+    body = {"prompt": "hello"} if given is None else {"prompt": "hello", "model": given}
+    with pytest.raises(Refused) as caught:
+        check("/v1/completions", body, LIMITS, "/served")
+    error = caught.value.body()["error"]
+    assert caught.value.status == 404 and error["code"] == "model_not_found" and error["param"] == "model"
+    assert error["type"] == "invalid_request_error" and "/served" in error["message"]
