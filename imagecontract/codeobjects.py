@@ -18,6 +18,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from imagecontract import cuda_fatbin
 from imagecontract.amdgpu_elf import amdgpu_target
 from imagecontract.blob import (
     CHUNK,
@@ -38,9 +39,9 @@ from imagecontract.blob import VerifyError as VerifyError
 
 BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 CCOB_MAGIC = b"CCOB"
-FATBIN_MAGIC = 0xBA55ED50
-FATBIN_KIND_PTX = 1
-FATBIN_KIND_ELF = 2
+FATBIN_MAGIC = cuda_fatbin.FATBIN_MAGIC
+FATBIN_KIND_PTX = cuda_fatbin.KIND_PTX
+FATBIN_KIND_ELF = cuda_fatbin.KIND_ELF
 
 
 @dataclass
@@ -282,39 +283,20 @@ def hip_target(entry_id: str) -> str | None:
 # --- CUDA: fat binaries ------------------------------------------------------------------------------------
 
 
-FATBIN_FLAG_ARCH_SPECIFIC = 0x100000  # entry built for an 'a' target (sm_90a): its code runs on that chip only
-FATBIN_HEADER = 16
-FATBIN_ENTRY_MIN = 48  # kind .. flags: the fields read below
+# One parser: imagecontract/cuda_fatbin.py (container and entry layout, `a`/`f` variants, bounds).
+FATBIN_FLAG_ARCH_SPECIFIC = cuda_fatbin.FLAG_ARCH_SPECIFIC
+FATBIN_FLAG_FAMILY = cuda_fatbin.FLAG_FAMILY
 
 
 def cuda_fatbin_entries(data: bytes | Blob) -> list[tuple[int, str]]:
-    """(kind, arch such as '90' or '90a') for every entry of the fat binaries laid out in `.nv_fatbin`."""
+    """(kind, arch such as '90', '90a' or '100f') for every entry of the fat binaries laid out in `.nv_fatbin`."""
     blob = data if isinstance(data, Blob) else Blob(data, len(data))
-    entries: dict[tuple[int, str], None] = {}  # distinct, in order
-    walked = 0
-    magic = struct.pack("<I", FATBIN_MAGIC)
-    pos = 0
-    while (pos := blob.find((magic,), pos)) >= 0:
-        _, _version, header_size, fat_size = blob.unpack("<IHHQ", pos, "fat binary header")
-        if header_size < FATBIN_HEADER:
-            raise VerifyError(f"fat binary at offset {pos}: header size {header_size} is below {FATBIN_HEADER}")
-        blob.check(pos, header_size + fat_size, "fat binary")
-        cur, end = pos + header_size, pos + header_size + fat_size
-        while cur < end:
-            kind, _v, entry_header, payload = blob.unpack("<HHIQ", cur, "fat binary entry")
-            if entry_header < FATBIN_ENTRY_MIN:
-                raise VerifyError(f"fat binary entry at offset {cur}: header size {entry_header} is too small")
-            if cur + entry_header + payload > end:
-                raise VerifyError(f"fat binary entry at offset {cur} runs past its fat binary")
-            (arch,) = blob.unpack("<I", cur + 28, "fat binary entry")
-            (flags,) = blob.unpack("<Q", cur + 40, "fat binary entry")
-            entries[(kind, f"{arch}{'a' if flags & FATBIN_FLAG_ARCH_SPECIFIC else ''}")] = None
-            walked += 1
-            if walked > MAX_WALKED or len(entries) > MAX_ENTRIES:
-                raise VerifyError(f"more than {MAX_WALKED} fat binary entries ({MAX_ENTRIES} distinct)")
-            cur += entry_header + payload
-        pos = end
-    return list(entries)
+    kinds = {"ptx": FATBIN_KIND_PTX, "cubin": FATBIN_KIND_ELF, "lto": cuda_fatbin.KIND_LTO}
+    out = []
+    for e in cuda_fatbin.container_entries(blob):
+        kind = kinds.get(e.kind) or int(e.kind.removeprefix("kind-"))
+        out.append((kind, f"{e.major}{e.minor}{e.variant}"))
+    return out
 
 
 # --- listing ------------------------------------------------------------------------------
@@ -353,13 +335,13 @@ def list_blob(p: Path, blob: Blob) -> Listing:
         listing.entries.append(entry)
         if (target := hip_target(entry)) is not None:
             listing.code_objects.append(target)
-    nv = sections.get(".nv_fatbin")
-    for kind, arch in cuda_fatbin_entries(nv) if nv else []:
-        if kind == FATBIN_KIND_ELF:
-            listing.code_objects.append(f"sm_{arch}")
-        elif kind == FATBIN_KIND_PTX:
-            listing.ptx.append(f"compute_{arch}")
-        listing.entries.append(f"{'elf' if kind == FATBIN_KIND_ELF else 'ptx'} sm_{arch}")
+    nv = sections.get(cuda_fatbin.LOADED)  # `__nv_relfatbin` (relocatable, never loaded): cuda_fatbin.carried
+    for entry in cuda_fatbin.container_entries(nv) if nv else []:
+        if entry.kind == "cubin":
+            listing.code_objects.append(entry.name)
+        elif entry.kind == "ptx":
+            listing.ptx.append(entry.name)
+        listing.entries.append(f"{'elf' if entry.kind == 'cubin' else entry.kind} sm_{entry.name.split('_', 1)[1]}")
     listing.code_objects = sorted(set(listing.code_objects))
     listing.ptx = sorted(set(listing.ptx))
     return listing

@@ -12,7 +12,10 @@ the scan goes on (it never aborts or hangs).
 A shared object with device code is one library; bare code objects (`.hsaco`, rocBLAS/hipBLASLt `.co`, offload
 bundles, fat binaries) count per folder, since rocBLAS keeps one file per arch. Status of an arch per library:
 present (code that loads on every setting of the arch), partial (AMD: on some feature settings only),
-compatible (CUDA: SASS of the same major, older minor), ptx (CUDA: only PTX the driver compiles), absent.
+compatible (CUDA: SASS of the same major, older minor), ptx (CUDA: only PTX the driver compiles), absent. For CUDA
+the rule is imagecontract.cuda_fatbin.cuda_cell (CUDA's own compatibility, cited there), and each row's `via` says
+which kind of coverage and which entry gives it: `cubin exact (sm_90a)`, `cubin compatible from sm_80`,
+`family from sm_100f`, `ptx-jit from compute_80` or `none`; `arch_table` writes that as library -> arch -> cell.
 """
 
 from __future__ import annotations
@@ -32,12 +35,14 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from imagecontract.blob import UnreadableFile, open_regular, read_bounded
 from imagecontract.codeobjects import BUNDLE_MAGIC, CCOB_MAGIC, FATBIN_MAGIC, VerifyError, list_code_objects
+from imagecontract.cuda_fatbin import cuda_cell, describe
 from imagecontract.targets import device_configs, loads_on
 
 COVERED = ("present", "partial", "compatible", "ptx")
@@ -47,7 +52,6 @@ MAX_ERRORS = 50  # error lines kept in the document (each names its file)
 MAX_OWNER_FILE = 64 << 20  # one RECORD or dpkg .list (torch's RECORD: about 2 MiB)
 MAX_MANIFEST = 1 << 20  # /opt/imagebuild/manifest.json (ours: a few KiB)
 _FATBIN = FATBIN_MAGIC.to_bytes(4, "little")
-_SM = re.compile(r"^(?:sm|compute)_(\d+)(\d)(a?)$")
 
 
 @dataclass
@@ -181,28 +185,22 @@ def _set_owners(root: Path, rows: list[Library], records: list[Path], errors: li
 # --- status of one arch in one library -------------------------------------------------------------------
 
 
-def _sm(name: str) -> tuple[int, int, bool] | None:
-    m = _SM.match(name.removesuffix("+PTX"))
-    return (int(m.group(1)), int(m.group(2)), bool(m.group(3))) if m else None
-
-
 def status(want: str, code_objects: list[str], ptx: list[str]) -> str:
-    """present / partial / compatible / ptx / absent for one requested arch (module docstring)."""
+    """present / partial / compatible / ptx / absent for one requested arch (module docstring); CUDA by
+    cuda_fatbin.cuda_cell (cubin, `a`/`f` and PTX rules)."""
     if want.startswith("gfx"):
         configs = device_configs(want) or []
         hits = [d for d in configs if any(loads_on(c, d) for c in code_objects)]
         return "present" if hits and len(hits) == len(configs) else ("partial" if hits else "absent")
-    dev = _sm(want)
-    if dev is None:
-        return "absent"
-    sass = [s for s in map(_sm, code_objects) if s]
-    if any(s[:2] == dev[:2] for s in sass):
-        return "present"  # sm_90 and sm_90a code both run on a 9.0 device (`a`: that chip's own features)
-    if any(s[0] == dev[0] and s[1] < dev[1] and not s[2] for s in sass):
-        return "compatible"  # CUDA runs SASS of an older minor of the same major; an `a` target only on its chip
-    if any((p[0], p[1]) <= (dev[0], dev[1]) and (not p[2] or p[:2] == dev[:2]) for p in map(_sm, ptx) if p):
-        return "ptx"
-    return "absent"
+    return cuda_cell(want, code_objects, ptx).status
+
+
+def via(want: str, code_objects: list[str], ptx: list[str]) -> str:
+    """How an arch is covered, in words: CUDA as cuda_fatbin.Cell.text (`cubin compatible from sm_80`), AMD its
+    status."""
+    if want.startswith("gfx"):
+        return status(want, code_objects, ptx)
+    return cuda_cell(want, code_objects, ptx).text()
 
 
 def arches_found(rows: Iterable[Library]) -> list[str]:
@@ -223,9 +221,30 @@ def table(rows: Iterable[Library], arches: list[str]) -> list[dict[str, object]]
             "code_objects": row.code_objects,
             "ptx": row.ptx,
             "arches": {a: status(a, row.code_objects, row.ptx) for a in arches},
+            "via": {a: via(a, row.code_objects, row.ptx) for a in arches},
         }
         for row in rows
     ]
+
+
+def arch_table(libraries: Iterable[Mapping[str, Any]], requested: list[str]) -> dict[str, Any]:
+    """The per-library table the build, the SBOM and the page consume: {"requested": [...], "libraries": {path:
+    {"owner", "carries", "arches": {arch: {"kind": cubin exact | cubin compatible | family | ptx-jit | none (AMD:
+    its status), "from": the entry that gives it, or null}}}}}. Input: `table()`'s rows or arch-coverage.json's
+    `libraries`."""
+    out: dict[str, Any] = {}
+    for lib in libraries:
+        code = [str(c) for c in lib.get("code_objects") or []]
+        ptx = [str(p) for p in lib.get("ptx") or []]
+        cells: dict[str, dict[str, str | None]] = {}
+        for arch in requested:
+            if arch.startswith("gfx"):
+                cells[arch] = {"kind": status(arch, code, ptx), "from": None}
+            else:
+                cell = cuda_cell(arch, code, ptx)
+                cells[arch] = {"kind": cell.kind, "from": cell.source}
+        out[str(lib["path"])] = {"owner": lib.get("owner"), "carries": describe(code, ptx), "arches": cells}
+    return {"requested": list(requested), "libraries": out}
 
 
 def _manifest(root: Path, errors: list[str] | None = None) -> dict[str, object] | None:

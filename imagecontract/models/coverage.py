@@ -31,6 +31,11 @@ class LibraryCoverage(Model):
         "Requested arch -> present | partial (AMD: some feature settings) | compatible (CUDA: older minor of the "
         "same major) | ptx (CUDA: PTX only, compiled by the driver) | absent"
     )
+    via: dict[str, str] = doc(
+        "Requested arch -> how it is covered: CUDA `cubin exact (sm_90a)`, `cubin compatible from sm_80`, "
+        "`family from sm_100f`, `ptx-jit from compute_80` (the driver compiles PTX: weaker) or `none`; AMD its status",
+        default_factory=dict,
+    )
 
 
 @dataclass
