@@ -7,16 +7,37 @@ page) and also "not run" for the facts it would have given: never a pass.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from imagebuild.matrix.oci import slug
-from imagecontract.blob import read_bounded
+from imagebuild.plan.image_key import ImageKey
+from imagecontract.blob import MissingFile, read_bounded
 from imagecontract.models import ArchCoverage, ModelError, SmokeReport
 
 MAX_EVIDENCE_BYTES = 32 << 20  # a coverage document of a large image is a few MB; a report past this is refused
+MAX_SAID = 160  # characters of an untrusted text quoted in a warning line
+
+
+def said(text: object, limit: int = MAX_SAID) -> str:
+    """Untrusted text for a warning line: control characters as `?`, at most `limit` characters."""
+    out = "".join(c if c.isprintable() else "?" for c in str(text)[: limit + 1])
+    return out if len(out) <= limit else out[: limit - 3] + "..."
+
+
+def validation_said(exc: ValidationError) -> str:
+    """A pydantic error as one short line: where and what, never the value."""
+    first = exc.errors(include_url=False, include_input=False)[:2]
+    parts = []
+    for e in first:
+        msg = "not in the form expected" if e["type"] == "string_pattern_mismatch" else e["msg"]
+        parts.append(f"{'.'.join(str(p) for p in e['loc']) or 'document'}: {msg}")
+    return said("; ".join(parts), 240)
 
 
 def mtime_utc(path: Path) -> str:
@@ -30,6 +51,7 @@ class Evidence:
     root: Path
     read: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    unreadable: set[Path] = field(default_factory=set)  # there, but not read or not JSON: never written over
     _cache: dict[Path, Any] = field(default_factory=dict)
 
     @property
@@ -43,13 +65,15 @@ class Evidence:
             return str(path)
 
     def raw(self, path: Path) -> bytes | None:
-        """The file's bytes (at most MAX_EVIDENCE_BYTES), None when absent; unreadable: a warning, None."""
-        if not path.exists():
-            return None
+        """The file's bytes (at most MAX_EVIDENCE_BYTES), None when absent; unreadable: a warning, None.
+        Opened without blocking and refused unless a regular file (a FIFO or a device is never read)."""
         try:
             return read_bounded(path, MAX_EVIDENCE_BYTES, what="evidence file")
-        except OSError as exc:  # not a regular file, larger than the limit, unreadable
-            self.warnings.append(f"{self.rel(path)}: not read: {getattr(exc, 'strerror', None) or exc}")
+        except MissingFile:
+            return None
+        except (OSError, ValueError) as exc:  # not a regular file, larger than the limit, unreadable, a NUL in it
+            self.warnings.append(f"{said(self.rel(path))}: not read: {said(getattr(exc, 'strerror', None) or exc)}")
+            self.unreadable.add(path)
             return None
 
     def json(self, path: Path, track: bool = True) -> Any:
@@ -63,8 +87,9 @@ class Evidence:
                 value = json.loads(data)
                 if track:
                     self.read.append(self.rel(path))
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                self.warnings.append(f"{self.rel(path)}: not JSON: {str(exc)[:120]}")
+            except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, too deep, a 5000-digit number
+                self.warnings.append(f"{said(self.rel(path))}: not JSON: {said(exc)}")
+                self.unreadable.add(path)
         self._cache[path] = value
         return value
 
@@ -84,10 +109,9 @@ class Evidence:
             if isinstance(t, dict) and isinstance(t.get("target"), str)
         }
 
-    def smoke_report(self, target: str, oci: str, first: str) -> tuple[SmokeReport | None, Path]:
-        """build/smoke/<target>/report.json (first OCI platform) or .../<os>-<arch>/report.json, checked."""
-        base = self.build_dir / "smoke" / target
-        path = (base if oci == first else base / slug(oci)) / "report.json"
+    def smoke_report(self, key: ImageKey) -> tuple[SmokeReport | None, Path]:
+        """The smoke report of this image where `imagebuild smoke` writes it (ImageKey.smoke_dir), checked."""
+        path = key.smoke_dir(self.root) / "report.json"
         return self.smoke_at(path), path
 
     def smoke_at(self, path: Path) -> SmokeReport | None:
@@ -97,45 +121,58 @@ class Evidence:
         try:
             return SmokeReport.from_dict(doc)
         except ModelError as exc:
-            self.warnings.append(f"{self.rel(path)}: not a smoke report: {exc}")
+            self.warnings.append(f"{self.rel(path)}: not a smoke report: {said(exc)}")
             return None
 
-    def coverage(self, name: str, entry: dict[str, Any] | None) -> tuple[ArchCoverage | None, str | None, str]:
-        """The arch-coverage document the build wrote for `name` (its path in the build report, else the usual
-        place); (doc, why-not, path)."""
+    def inside(self, path: Path) -> bool:
+        """The path, its `..` resolved by name, is in the checkout (a record names no file elsewhere)."""
+        where = os.path.normpath(self.root / path)
+        return any(where.startswith(os.path.normpath(r) + os.sep) for r in (self.root, self.root.resolve()))
+
+    def coverage(self, key: ImageKey, entry: dict[str, Any] | None) -> tuple[ArchCoverage | None, str | None, str]:
+        """The arch-coverage document the build wrote for this image (its path in the build report, else
+        build/coverage/<ImageKey.name>.json); (doc, why-not, path). A document for another image is not used."""
         given = entry.get("coverage") if entry else None
         if isinstance(given, str) and not given.endswith(".json"):
-            return None, given, ""  # "not scanned: no python3 in the image"
-        path = Path(given) if isinstance(given, str) else self.build_dir / "coverage" / f"{name}.json"
-        if not path.is_absolute():
-            path = self.root / path
+            return None, said(given, 300), ""  # "not scanned: no python3 in the image"
+        path = Path(given) if isinstance(given, str) else self.build_dir / "coverage" / f"{key.name}.json"
+        if "\0" in str(path) or not self.inside(path):
+            where = f"build/build-report.json: {key.name}: coverage {said(given)}"
+            self.warnings.append(f"{where} is not in the checkout: not read")
+            return None, None, ""
+        path = self.root / path
         doc = self.json(path)
         if doc is None:
             return None, None, self.rel(path)
         try:
-            return ArchCoverage.from_dict(doc), None, self.rel(path)
+            cov = ArchCoverage.from_dict(doc)
         except ModelError as exc:
-            self.warnings.append(f"{self.rel(path)}: not an arch-coverage document: {exc}")
+            self.warnings.append(f"{self.rel(path)}: not an arch-coverage document: {said(exc)}")
             return None, None, self.rel(path)
+        if cov.target not in (None, key.name):  # the build names each platform's image by ImageKey.name
+            self.warnings.append(f"{self.rel(path)}: is for image {said(cov.target)}, not {key.name}: not used")
+            return None, None, self.rel(path)
+        return cov, None, self.rel(path)
 
-    def sbom(self, name: str) -> Path | None:
-        path = self.build_dir / "sbom" / f"{name}.cdx.json"
+    def sbom(self, key: ImageKey) -> Path | None:
+        path = self.build_dir / "sbom" / f"{key.name}.cdx.json"
         return path if path.is_file() else None
 
-    def publish(self, target: str, name: str, oci: str) -> tuple[dict[str, Any] | None, Path | None]:
-        """The publish report of this platform's image: an index child's (build/publish/<target>/<os>-<arch>/) or
-        a single image's (build/publish/<name>/, not an index)."""
-        for path in (
-            self.build_dir / "publish" / target / slug(oci) / "publish-report.json",
-            self.build_dir / "publish" / name / "publish-report.json",
+    def publish(self, key: ImageKey) -> tuple[dict[str, Any] | None, Path | None]:
+        """The publish report of this platform's image: an index child's (beside the index's report, one folder a
+        platform: build/publish/<target>/<os>-<arch>/) or a single image's (ImageKey.publish_dir, not an index)."""
+        index_dir = key.on(key.platforms[0]).publish_dir(self.root)
+        for path in dict.fromkeys(
+            (index_dir / slug(key.oci) / "publish-report.json", key.publish_dir(self.root) / "publish-report.json")
         ):
             doc = self.json(path)
             if isinstance(doc, dict) and not doc.get("platforms"):
                 return doc, path
         return None, None
 
-    def index_report(self, target: str) -> tuple[dict[str, Any] | None, Path]:
-        path = self.build_dir / "publish" / target / "publish-report.json"
+    def index_report(self, key: ImageKey) -> tuple[dict[str, Any] | None, Path]:
+        """The OCI index's publish report of this image's target (the first platform's ImageKey.publish_dir)."""
+        path = key.on(key.platforms[0]).publish_dir(self.root) / "publish-report.json"
         doc = self.json(path)
         return (doc if isinstance(doc, dict) and doc.get("platforms") else None), path
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import jinja2
 
+from imagebuild.report.escape import script_json
 from imagebuild.report.model import Page
 from imagecontract.atomic import write_atomic
 
@@ -51,8 +52,7 @@ def render(page: Page) -> str:
     counts = {"passed": 0, "failed": 0, "not run": 0}
     for row in page.rows:
         counts[row.verdict] += 1
-    # inside <script>: no "</" can end the element early
-    lookup_json = json.dumps(page.lookup, sort_keys=True, separators=(",", ":")).replace("</", "<\\/")
+    lookup_json = script_json(page.lookup)  # inside <script>: no markup at all
     return env.get_template("page.html.j2").render(
         page=page,
         counts=counts,

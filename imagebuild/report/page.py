@@ -3,15 +3,18 @@ table, the smoke history and the plots."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 from imagebuild.engine.cosign import Verifier
 from imagebuild.matrix import Matrix
 from imagebuild.report import lookup, plots
-from imagebuild.report.evidence import Evidence
+from imagebuild.report.bench import documents as bench_documents
+from imagebuild.report.escape import UnsafeSvg
+from imagebuild.report.evidence import Evidence, said
 from imagebuild.report.history import update
-from imagebuild.report.model import Page
+from imagebuild.report.model import Page, Plot
 from imagebuild.report.rows import Inspect, rows_for
 
 HISTORY = Path("build/report/smoke-history.json")
@@ -36,10 +39,10 @@ def make_page(
 
         apply(rows, registry, verifier, ev.warnings)
     points = update(ev, rows, root / HISTORY, write=keep_history)
-    page_plots = [p for p in [plots.runtime_plot(points)] if p is not None]
+    page_plots = [p for p in [_drawn(ev, HISTORY, lambda: plots.runtime_plot(points))] if p is not None]
     bench = bench_dir if bench_dir is not None else root / "bench" / "results"
-    for path, doc in plots.bench_documents(ev, bench):
-        plot = plots.kernel_plot(path, doc, ev.rel(path))
+    for path, doc in bench_documents(ev, bench):
+        plot = _drawn(ev, path, lambda: plots.kernel_plot(path, doc, ev.rel(path)))  # noqa: B023 (called at once)
         if plot is not None:
             page_plots.append(plot)
     try:
@@ -58,6 +61,15 @@ def make_page(
         warnings=ev.warnings,
         registry=registry,
     )
+
+
+def _drawn(ev: Evidence, source: Path, draw: Callable[[], Plot | None]) -> Plot | None:
+    """A plot, or None with a warning when its drawing is refused (escape.UnsafeSvg: it would run something)."""
+    try:
+        return draw()
+    except UnsafeSvg as exc:
+        ev.warnings.append(f"{said(ev.rel(source))}: plot not shown: {exc}")
+        return None
 
 
 def engine_inspect(warnings: list[str]) -> Inspect | None:

@@ -17,7 +17,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from imagebuild.report.evidence import Evidence
+from imagebuild.report.bench import BenchDocument, SkinnyRow
+from imagebuild.report.escape import checked_svg, element_id, markup, plain_text
 from imagebuild.report.model import HistoryPoint, Plot
 
 PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]
@@ -26,22 +27,20 @@ FAMILIES = ("qkv", "o", "gate_up", "down", "lm_head")
 
 
 def _svg(fig: Any, plot_id: str, title: str) -> str:
+    """The figure as an inline <svg> (role img, titled), checked before it reaches the page (escape.checked_svg).
+    `plot_id` is an escape.element_id; the title is escaped by escape.markup, jinja2's rule."""
     import matplotlib
 
     buf = io.StringIO()
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": plot_id}):
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": plot_id, "text.usetex": False}):
         fig.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
     text = buf.getvalue()
     text = text[text.index("<svg") :]
     text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
     head_end = text.index(">") + 1
-    title_id = f"{plot_id}-title"
+    title_id = markup(f"{plot_id}-title")
     head = text[: head_end - 1] + f' role="img" aria-labelledby="{title_id}" class="plot">'
-    return head + f'<title id="{title_id}">{_esc(title)}</title>' + text[head_end:]
-
-
-def _esc(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return checked_svg(head + f'<title id="{title_id}">{markup(title)}</title>' + text[head_end:])
 
 
 def _figure(width: float, height: float) -> Any:
@@ -90,7 +89,7 @@ def runtime_plot(points: list[HistoryPoint]) -> Plot | None:
         ax.xaxis.set_major_locator(locator)
         ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
         ax.tick_params(axis="x", labelsize=8)
-    left.legend(fontsize=8, loc="lower left")
+    plain_text(left.legend(fontsize=8, loc="lower left").get_texts())  # a series name is drawn, never mathtext
     title = "Smoke runtime check over time: tokens/s and server start per image"
     table = [["image (target, OCI platform, arch)", "when (UTC)", "passed", "tokens/s", "server start s", "TTFT ms"]]
     for p in measured:
@@ -118,34 +117,19 @@ def _fmt(value: float | None, form: str) -> str:
     return "-" if value is None else form.format(value)
 
 
-def bench_documents(ev: Evidence, bench_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """bench/results/*.json that hold a kernel benchmark (a `skinny_linear` list), by name."""
-    out = []
-    for path in sorted(bench_dir.glob("*.json")) if bench_dir.is_dir() else []:
-        doc = ev.json(path, track=False)
-        if isinstance(doc, dict) and isinstance(doc.get("skinny_linear"), list):
-            ev.read.append(ev.rel(path))
-            out.append((path, doc))
-    return out
-
-
-def _family(row: dict[str, Any]) -> str | None:
-    sources = row.get("sources")
-    if not isinstance(sources, list) or not sources or not isinstance(sources[0], str):
-        return None
-    family = sources[0].rsplit(".", 1)[-1]
+def _family(row: SkinnyRow) -> str | None:
+    family = row.sources[0].rsplit(".", 1)[-1]
     return family if family in FAMILIES else None
 
 
-def kernel_plot(path: Path, doc: dict[str, Any], rel: str) -> Plot | None:
-    """skinny_linear against the library call (cuBLAS via F.linear) per shape family and M: median speed-up."""
+def kernel_plot(path: Path, doc: BenchDocument, rel: str) -> Plot | None:
+    """skinny_linear against the library call (cuBLAS via F.linear) per shape family and M: median speed-up.
+    `doc` is bench.parse's: every entry checked."""
     cells: dict[tuple[str, int], list[float]] = defaultdict(list)
-    for row in doc["skinny_linear"]:
-        if not isinstance(row, dict):
-            continue
-        family, m, speedup = _family(row), row.get("M"), row.get("speedup_vs_cublas")
-        if family and isinstance(m, int) and isinstance(speedup, int | float) and speedup > 0:
-            cells[(family, m)].append(float(speedup))
+    for row in doc.rows:
+        family = _family(row)
+        if family:
+            cells[(family, row.M)].append(row.speedup_vs_cublas)
     if not cells:
         return None
     ms = sorted({m for _, m in cells})
@@ -166,7 +150,7 @@ def kernel_plot(path: Path, doc: dict[str, Any], rel: str) -> Plot | None:
     ax.set_ylim(max(0.0, min(lows) - 0.1), max(highs) * 1.05)
     _style(ax)
     ax.legend(fontsize=8, ncol=len(ms), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
-    gpu = str(doc.get("gpu") or "GPU")
+    gpu = doc.gpu or "GPU"
     title = f"skinny_linear against the library call (F.linear, cuBLAS) on {gpu}: median speed-up per shape family"
     table = [["shape family", "M", "rows", "median speed-up", "min", "max"]]
     for f in families:
@@ -174,11 +158,12 @@ def kernel_plot(path: Path, doc: dict[str, Any], rel: str) -> Plot | None:
             if (f, m) in cells:
                 v = cells[(f, m)]
                 table.append([f, str(m), str(len(v)), f"{statistics.median(v):.2f}", f"{min(v):.2f}", f"{max(v):.2f}"])
-    command = doc.get("command")
+    command = doc.command
+    plot_id = element_id("plot-kernels", path.stem)  # a file name is never markup
     return Plot(
-        id=f"plot-kernels-{path.stem}",
+        id=plot_id,
         title=title,
-        svg=_svg(fig, f"plot-kernels-{path.stem}", title),
+        svg=_svg(fig, plot_id, title),
         caption=(
             f"{sum(len(v) for v in cells.values())} rows of {rel} (fp16 and bf16, every model shape of the family); "
             f"dashed line: as fast as cuBLAS. Measured with: {json.dumps(command) if command else 'see the file'}"

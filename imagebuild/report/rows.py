@@ -6,14 +6,14 @@ loads on (`loads_on`); a publish report only when it pushed this image. Anything
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 from imagebuild.errors import ConfigError
 from imagebuild.matrix import Matrix, Target
 from imagebuild.matrix.oci import for_oci
-from imagebuild.plan.imageref import LOCAL_REPO
-from imagebuild.release.index import local_name
+from imagebuild.plan.image_key import ImageKey
 from imagebuild.report.evidence import Evidence, mtime_utc
 from imagebuild.report.model import NOT_RUN, CoverageFacts, LibraryCell, ReleaseFacts, Row, SmokeFacts
 from imagecontract.models import ArchCoverage, SmokeReport
@@ -61,7 +61,14 @@ def smoke_facts(report: SmokeReport, when: str | None) -> SmokeFacts:
 
 
 def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    """A measured number: finite (JSON's NaN and Infinity are no measurement), not a bool."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past float's range
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _short_lib(owner: str | None, path: str) -> str:
@@ -85,8 +92,8 @@ def coverage_facts(doc: ArchCoverage | None, why: str | None, where: str, arch: 
     return facts
 
 
-def release_facts(ev: Evidence, target: str, name: str, oci: str, image_id: str | None, arch: str) -> ReleaseFacts:
-    doc, path = ev.publish(target, name, oci)
+def release_facts(ev: Evidence, key: ImageKey, image_id: str | None, arch: str) -> ReleaseFacts:
+    doc, path = ev.publish(key)
     if doc is None or path is None:
         return ReleaseFacts(signature="not published", sbom="not published", provenance="not published",
                             smoke_attestation="not published", source="local")  # fmt: skip
@@ -104,7 +111,7 @@ def release_facts(ev: Evidence, target: str, name: str, oci: str, image_id: str 
     facts.digest = doc.get("digest") if isinstance(doc.get("digest"), str) else None
     facts.refs = [str(r) for r in doc.get("refs") or [] if isinstance(r, str)]
     facts.when = doc.get("created") if isinstance(doc.get("created"), str) else None
-    index, _ = ev.index_report(target)
+    index, _ = ev.index_report(key)
     if index is not None and index.get("ok") and facts.digest in (index.get("platforms") or {}).values():
         facts.refs = [str(r) for r in index.get("refs") or [] if isinstance(r, str)] or facts.refs
         facts.note = f"a child of the OCI index {str(index.get('digest'))[:19]}"
@@ -124,29 +131,26 @@ def rows_for(matrix: Matrix, ev: Evidence, inspect: Inspect | None = None) -> li
     builds = ev.build_entries()
     rows: list[Row] = []
     for target in matrix.targets:
-        first = target.oci_platforms[0]
         for oci in target.oci_platforms:
             try:
                 plat = for_oci(target, matrix.model.oci_platforms, oci)
             except ConfigError as exc:
                 ev.warnings.append(f"{target.name} {oci}: {exc}")
                 continue
-            name = local_name(target.name, oci, first)
-            rows.extend(_rows_of(ev, plat, oci, name, first, builds.get(name), inspect))
+            key = ImageKey(target.name, oci, tuple(target.oci_platforms))  # the matrix default's image
+            rows.extend(_rows_of(ev, plat, key, builds.get(key.name), inspect))
     return rows
 
 
 def _rows_of(
-    ev: Evidence, plat: Target, oci: str, name: str, first: str, entry: dict[str, Any] | None, inspect: Inspect | None
+    ev: Evidence, plat: Target, key: ImageKey, entry: dict[str, Any] | None, inspect: Inspect | None
 ) -> list[Row]:
-    cov, why, where = ev.coverage(name, entry)
-    if cov is not None and cov.target not in (None, plat.name):
-        ev.warnings.append(f"{where}: is for target {cov.target}, not {plat.name}: not used")
-        cov, why = None, None
+    oci = key.oci
+    cov, why, where = ev.coverage(key, entry)
     kind = plat.platform.kind
     arches = _ids(cov.requested if cov is not None else list(plat.platform.default_arches))
     image_arches = arches if kind != "cpu" else []
-    report, smoke_path = ev.smoke_report(plat.name, oci, first)
+    report, smoke_path = ev.smoke_report(key)
     image_id = entry.get("image_id") if entry and isinstance(entry.get("image_id"), str) else None
     build = NOT_RUN
     if entry is not None:
@@ -169,7 +173,7 @@ def _rows_of(
             tags=[str(t) for t in (entry or {}).get("tags") or []],
             image_id=image_id,
         )
-        row.tag = row.tags[0] if row.tags else f"{LOCAL_REPO}:{name}"
+        row.tag = row.tags[0] if row.tags else key.local_tag
         if facts_of is not None:
             row.size_bytes = facts_of.get("size")
             baked = (facts_of.get("labels") or {}).get("io.imagebuild.tunableop.baked")
@@ -182,10 +186,10 @@ def _rows_of(
                 row.smoke.report = ev.rel(smoke_path)
                 row.image_id = row.image_id or report.image_id
         row.coverage = coverage_facts(cov, why, where, arch)
-        row.release = release_facts(ev, plat.name, name, oci, row.image_id, arch)
+        row.release = release_facts(ev, key, row.image_id, arch)
         if row.release.published and row.release.refs:
             row.tag = row.release.refs[0]
-        sbom = ev.sbom(name)
+        sbom = ev.sbom(key)
         if sbom is not None and not row.release.sbom.startswith("attested"):
             row.release.sbom = f"in image, {row.release.sbom} ({ev.rel(sbom)})"
         elif sbom is not None:
