@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 
 EXIT_TERMINATED = 128 + signal.SIGTERM
@@ -43,3 +45,36 @@ def install_sigterm_as_interrupt() -> bool:
         return False
     signal.signal(signal.SIGTERM, _raise_terminated)
     return True
+
+
+@contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM that arrive inside the block are raised when it ends, not in the middle of it.
+
+    For a step that must not be cut in two: starting a child process. subprocess.Popen does not kill a child
+    it already forked when KeyboardInterrupt lands before it returns, so the child (cosign writing a `.sig`)
+    would outlive us; with the interrupt deferred, Popen returns, the caller holds the process and its
+    `except BaseException` kills it. Outside the main thread (no handlers can be set there) the block runs as is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+
+    def record(signum: int, frame: FrameType | None) -> None:
+        arrived.append(signum)
+
+    for signum, handler in saved.items():
+        if callable(handler):  # a Python handler (KeyboardInterrupt's, Terminated's): deferred; SIG_IGN/SIG_DFL kept
+            signal.signal(signum, record)
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            if callable(handler):
+                signal.signal(signum, handler)
+        if arrived:  # the first that came, handled now as it would have been
+            handler = saved[arrived[0]]
+            if callable(handler):
+                handler(arrived[0], None)

@@ -14,6 +14,8 @@ import io
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -436,3 +438,58 @@ def test_promote_refuses_a_hostile_index_and_moves_no_tag(staged: Staged, case: 
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and HOSTILE[case][1] in errors[0], proc.stderr
     assert Registry(RepoRef.parse(dest)).digest(dest.split("/", 1)[1], "v1") is None
+
+
+# --- SIGTERM during a signed promote: no `.sig`/`.att` tag left, as for SIGINT ------------------------------------
+
+
+def _tags(repo: str) -> list[str]:
+    answer = requests.get(f"http://{REGISTRY}/v2/{repo}/tags/list", timeout=30)
+    return [] if answer.status_code == 404 else sorted(answer.json().get("tags") or [])
+
+
+def _session_processes(sid: int) -> list[str]:
+    ps = subprocess.run(["ps", "-e", "-o", "sid=,pid=,args="], capture_output=True, text=True, check=True)
+    return [line for line in ps.stdout.splitlines() if line.split(None, 1)[0] == str(sid)]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_during_a_signed_promote_leaves_no_signature_tag(
+    staged: Staged, tmp_path: Path, signum: signal.Signals
+) -> None:
+    if shutil.which("cosign") is None:
+        pytest.skip("cosign is not installed (scripts/setup.sh installs it)")
+    from imagebuild.engine.cosign import generate_key_pair
+
+    generate_key_pair(tmp_path / "cosign", "h2 password")
+    (tmp_path / "password").write_text("h2 password\n")
+    s = staged
+    for image in (s.amd64, s.arm64):  # staged attestations, which a promote copies before it signs
+        _put_manifest(
+            s.repo.repo, image.digest.replace(":", "-") + ".att", json.loads(s.attestation.body), OCI_MANIFEST
+        )
+    digest = _index(s, f"signal-{signum.name}", [s.amd64.entry(AMD64), s.arm64.entry(ARM64)])
+    dest = f"h2-hostile-signal-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen(
+        [*CLI, "publish", f"{s.repo}@{digest}", "--promote", "--registry", f"{REGISTRY}/{dest}", "--tag", "v1",
+         "--allow-unsmoked", "--allow-unlocked", "--sign-key", str(tmp_path / "cosign.key"),
+         "--key-password-file", str(tmp_path / "password"), "--out", str(tmp_path / "report.json")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # the second child's signing has begun: the first one's `.sig` is written
+        seen.append(line)
+        if line.startswith("sign ") and sum(x.startswith("sign ") for x in seen) == 2:
+            break
+    else:
+        pytest.fail("".join(seen))
+    written = _tags(dest)
+    assert f"{s.amd64.digest.replace(':', '-')}.sig" in written, written  # what there is to clean up
+    proc.send_signal(signum)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=120) == 128 + signum, "".join(seen) + rest
+    assert ("error: terminated (SIGTERM)" if signum == signal.SIGTERM else "error: interrupted") in rest, rest
+    assert "Traceback" not in rest
+    assert _tags(dest) == [], "".join(seen) + rest  # no .sig, no .att, no public tag
+    assert _session_processes(proc.pid) == []  # no cosign left writing after it

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.errors import ConfigError
+from imagebuild.signals import interrupts_deferred
 from imagecontract.blob import read_bounded
 
 TIMEOUT = 300
@@ -109,18 +110,26 @@ class Verifier:
 
 def _run(argv: list[str], env: dict[str, str] | None = None, secret: str | None = None) -> str:
     """cosign with argv; stdout on success, CosignError with its last error line (secret scrubbed) otherwise."""
-    try:
-        proc = subprocess.run(
-            [cosign_binary(), *argv],
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT,
-            env={**os.environ, **(env or {})},
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise CosignError(f"cosign {argv[0]} timed out after {TIMEOUT} s") from exc
+    binary, process = cosign_binary(), None
+    try:  # SIGINT/SIGTERM kill cosign, wherever they land (imagebuild/signals.py): no `.sig` written after we left
+        with interrupts_deferred():
+            process = subprocess.Popen(
+                [binary, *argv],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                env={**os.environ, **(env or {})},
+            )
+        stdout, stderr = process.communicate(timeout=TIMEOUT)
+    except BaseException as exc:
+        if process is not None:
+            process.kill()
+            process.communicate()
+        if isinstance(exc, subprocess.TimeoutExpired):
+            raise CosignError(f"cosign {argv[0]} timed out after {TIMEOUT} s") from exc
+        raise
+    proc = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
     if proc.returncode == 0:
         return proc.stdout
     lines = [

@@ -293,6 +293,14 @@ class Registry:
             raise RegistryError(f"PUT manifest {repo}:{tag}: HTTP {response.status_code} {response.text[:200]}")
         return response.headers.get("Docker-Content-Digest", "")
 
+    def delete_manifest(self, repo: str, digest: str) -> None:
+        """Delete the manifest digest (and so every tag on it); a manifest already gone is no error."""
+        if not DIGEST.fullmatch(digest):
+            raise RegistryError(f"{repo}: deleting needs a sha256 digest, not {digest[:80]}")
+        response = self._request("DELETE", f"/v2/{repo}/manifests/{digest}", f"repository:{repo}:pull,push,delete")
+        if response.status_code not in (200, 202, 404):
+            raise RegistryError(f"DELETE manifest {repo}@{digest}: HTTP {response.status_code}")
+
     def has_blob(self, repo: str, digest: str) -> bool:
         response = self._request("HEAD", f"/v2/{repo}/blobs/{digest}", f"repository:{repo}:pull")
         return response.status_code == 200

@@ -286,7 +286,10 @@ def promote(
         if src.repo != dest.repo:
             log(f"stage {src}@{resolved} -> {dest}@{resolved}")
             with_retries(f"copying to {dest}", lambda: registry.copy(src.repo, resolved, dest.repo, resolved))
-        before_tags(resolved)
+        from imagebuild.release.signing import undone_unless_complete
+
+        with undone_unless_complete(dest, log):  # interrupted or failed: no `.sig`/`.att` tag left half written
+            before_tags(resolved)
     refs = []
     for tag in tags:
         log(f"promote {src}@{resolved} -> {dest}:{tag}")
