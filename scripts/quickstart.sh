@@ -7,6 +7,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REGISTRY="${IMAGEBUILD_QUICKSTART_REGISTRY:-127.0.0.1:5000/imagebuild}"
 
 bash scripts/setup.sh
+# setup.sh's virtual environment (issue 29): imagebuild and python3 below are the venv's
+VENV="${IMAGEBUILD_VENV:-$(pwd)/.venv}"
+export VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH"
 echo "== render local-cpu"
 imagebuild render local-cpu
 echo "== build local-cpu"

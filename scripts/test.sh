@@ -6,6 +6,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/setup.sh
 export IMAGEBUILD_REQUIRE_ENGINE=1
+# setup.sh's virtual environment (issue 29): ruff, pytest, check-jsonschema, imagebuild and every `python3` a test
+# starts are the venv's; nothing runs from, or was pip-installed into, the system interpreter.
+VENV="${IMAGEBUILD_VENV:-$(pwd)/.venv}"
+export VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH"
 
 echo "== lint"
 ruff check .
@@ -17,4 +21,4 @@ if [ -f .github/workflows/images.yml ]; then
     check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/images.yml
 fi
 echo "== tests"
-python3 -m pytest -q -ra "$@"
+"$VENV/bin/python" -m pytest -q -ra "$@"
