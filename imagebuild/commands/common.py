@@ -89,6 +89,7 @@ def write_all(files: Mapping[Path, str]) -> set[Path]:
 def _differs(path: Path, text: str) -> bool:
     if path.is_dir():
         raise OSError(errno.EISDIR, "is a directory, not a file", str(path))
+    check_output(path)  # a FIFO or device there is refused before it is read (a read would wait on a FIFO)
     try:
         return path.read_bytes() != text.encode("utf-8")
     except (FileNotFoundError, NotADirectoryError):  # a file above it is reported when the write is staged

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import click
 
-from imagebuild.commands.common import matrix_from
+from imagebuild.commands.common import check_writable, matrix_from
 from imagebuild.errors import CheckFailed, ConfigError
 from imagebuild.lock import inputs as lock_inputs
 from imagebuild.lock import lockfile
+from imagecontract.atomic import write_atomic
 
 
 def _mirrors(values: tuple[str, ...]) -> dict[str, Path]:
@@ -68,8 +69,14 @@ def command(
 
         if previous is None:
             raise ConfigError(f"{path.name} is missing: run `imagebuild lock` first")
-        wanted = set(lock_inputs.collect(matrix, targets)) if targets else None
-        results = remote.check(previous, wanted, limit=deadline, jobs=jobs, say=click.echo)
+        if report_path is not None:
+            check_writable(report_path)  # a FIFO, a device or a folder there is refused before any request
+        # What is fetched is what the MATRIX says (its specs), never the lock's own copy: a lock made from another
+        # matrix is stale, refused before anything runs; the lock gives only the pins the answers are compared with.
+        lockfile.require_current(lock_inputs.collect(matrix), previous, path.name)
+        selected = lock_inputs.collect(matrix, targets)
+        specs = {key: item.spec for key, item in selected.items()}
+        results = remote.check(previous, specs, limit=deadline, jobs=jobs, say=click.echo, root=path.parent)
         summary = remote.summary(results)
         click.echo(summary["line"])
         if report_path is not None:
@@ -83,7 +90,7 @@ def command(
                 "host": f"{platform.node()} ({platform.machine()})",
                 "results": results,
             }
-            report_path.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+            write_atomic(report_path, json.dumps(report, indent=1, sort_keys=True) + "\n")
         if summary["failed"]:
             raise CheckFailed(f"{summary['failed']} input(s) unreachable, changed or not locked")
         return

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from imagebuild.commands.common import echo_plans, matrix_from, platforms_option, warn, write_all
-from imagebuild.errors import CheckFailed, ConfigError
+from imagebuild.errors import ConfigError
 from imagebuild.matrix import Matrix, Target
 from imagebuild.plan.target_plan import TargetPlan, oci_platforms, on_oci, plan_for
 from imagebuild.render import dockerfile as render
@@ -102,11 +102,7 @@ def _check_lock(matrix: Matrix) -> None:
             raise ConfigError(f"no {path.name} beside {matrix.path.name} and settings.require_pins is true")
         warn(f"no {path.name} beside {matrix.path.name}: inputs are not locked (imagebuild lock)")
         return
-    lines = lockfile.stale(lock_inputs.collect(matrix), doc, path.name)
-    for line in lines[1:]:
-        click.echo(f"stale lock: {line}", err=True)
-    if lines:
-        raise CheckFailed(f"stale lock: {lines[0]}", hint=f"run `imagebuild lock` and commit {path.name}")
+    lockfile.require_current(lock_inputs.collect(matrix), doc, path.name)
 
 
 def _plan(

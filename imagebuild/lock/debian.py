@@ -34,8 +34,8 @@ def release(mirror: str, suite: str, architectures: list[str], limit: float) -> 
     }
 
 
-def check(entry: dict[str, Any], limit: float) -> tuple[str, str]:
-    spec = entry["spec"]
+def check(spec: dict[str, Any], entry: dict[str, Any], limit: float) -> tuple[str, str]:
+    """(status, detail) of a locked suite; spec: the matrix's (what to fetch), entry: the lock's pin."""
     try:
         got = release(spec["mirror"], spec["suite"], spec["architectures"], limit)
     except FetchError as exc:

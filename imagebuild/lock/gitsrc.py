@@ -15,6 +15,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
+from imagebuild.matrix.fields import Commit, Url
+
 UNREACHABLE_SIGNS = (
     "could not resolve host",
     "connection refused",
@@ -37,10 +41,37 @@ class GitError(Exception):
         self.unreachable = unreachable
 
 
+# The transports a remote may use (the matrix's URL grammar: imagebuild/matrix/fields.py Url): git refuses every
+# other one, `ext::` (which runs a command) and `file://` included, whatever a user's git configuration says.
+ALLOWED_PROTOCOLS = "https:http:ssh:git"
+_URL: TypeAdapter[str] = TypeAdapter(Url)
+_COMMIT: TypeAdapter[str] = TypeAdapter(Commit)
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env.update({"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "/bin/true", "GIT_CONFIG_NOSYSTEM": "1"})
+    env["GIT_ALLOW_PROTOCOL"] = ALLOWED_PROTOCOLS
     return env
+
+
+def checked_url(url: str) -> str:
+    """url as the matrix's grammar has it (an allowed scheme, never an option, one line) before it reaches git;
+    GitError otherwise. Every git call below also puts `--` before its positional arguments."""
+    try:
+        return _URL.validate_python(url, strict=True)
+    except ValidationError:
+        raise GitError(
+            f"refused: {str(url)[:80]!r} is not a git URL (https://, http://, ssh:// or git://)", False
+        ) from None
+
+
+def checked_commit(commit: str) -> str:
+    """A commit of 40 hex digits (so `commit:path` and `commit^{tree}` can never be options); GitError otherwise."""
+    try:
+        return _COMMIT.validate_python(commit, strict=True)
+    except ValidationError:
+        raise GitError(f"refused: {str(commit)[:80]!r} is not a commit (40 hex digits)", False) from None
 
 
 def _git(args: list[str], limit: float, cwd: Path | None = None) -> str:
@@ -59,14 +90,16 @@ def _git(args: list[str], limit: float, cwd: Path | None = None) -> str:
 
 def fetch_commit(url: str, commit: str, into: Path, limit: float, objects_only: bool = False) -> None:
     """Fetch one commit by SHA from url into the bare repository `into` (made when missing)."""
+    url, commit = checked_url(url), checked_commit(commit)
     if not (into / "HEAD").exists():
-        _git(["init", "-q", "--bare", str(into)], limit)
+        _git(["init", "-q", "--bare", "--", str(into)], limit)
     extra = ["--filter=tree:0"] if objects_only else []
-    _git(["-C", str(into), "fetch", "-q", "--no-tags", "--depth", "1", *extra, url, commit], limit)
+    _git(["-C", str(into), "fetch", "-q", "--no-tags", "--depth=1", *extra, "--", url, commit], limit)
 
 
 def describe_commit(git_dir: Path, commit: str, limit: float) -> dict[str, Any]:
     """tree, archive sha256 and submodules of a commit held in git_dir."""
+    commit = checked_commit(commit)
     base = ["--git-dir", str(git_dir)]
     kind = _git([*base, "cat-file", "-t", commit], limit).strip()
     if kind != "commit":
@@ -133,15 +166,17 @@ def resolve(
 
 
 def read_file(git_dir: Path, commit: str, path: str, limit: float) -> str:
-    """One file of the commit, as text."""
+    """One file of the commit, as text (`commit:path`: a commit of 40 hex first, so never an option)."""
+    commit = checked_commit(commit)
     return _git(["--git-dir", str(git_dir), "show", f"{commit}:{path}"], limit)
 
 
 def export(git_dir: Path, commit: str, path: str, dest: Path, limit: float) -> Path:
     """Extract one folder of the commit under dest; returns dest/path."""
+    commit = checked_commit(commit)
     dest.mkdir(parents=True, exist_ok=True)
     archive = subprocess.run(
-        ["git", "--git-dir", str(git_dir), "archive", "--format=tar", commit, path],
+        ["git", "--git-dir", str(git_dir), "archive", "--format=tar", commit, "--", path],
         capture_output=True,
         timeout=limit,
         env=_env(),

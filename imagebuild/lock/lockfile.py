@@ -8,46 +8,51 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
-from imagebuild.errors import ConfigError
+from imagebuild.errors import CheckFailed, ConfigError
+from imagebuild.lock import model
 from imagebuild.lock.inputs import Input
 from imagebuild.matrix import Matrix
 from imagecontract.atomic import write_atomic
+from imagecontract.blob import MissingFile, read_bounded
 
 LOCK_NAME = "matrix.lock.json"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = model.SCHEMA_VERSION
 MAX_LOCK_BYTES = 16 * 1024 * 1024
-STATUSES = ("locked", "local", "unresolved")
+STATUSES = model.STATUSES
 
 
 def lock_path(matrix: Matrix) -> Path:
     return matrix.path.resolve().parent / LOCK_NAME
 
 
-def load(path: Path) -> dict[str, Any] | None:
-    """The lock document, None when there is none; a file that is not one is a ConfigError naming it."""
+def read(path: Path) -> tuple[dict[str, Any], str] | None:
+    """(the lock document, the sha256 of its bytes), None when there is none.
+
+    Read as every file imagebuild did not write is (imagecontract.blob.read_bounded: a FIFO, /dev/zero or a folder
+    is refused without blocking, at most MAX_LOCK_BYTES read) and checked against the lock's model
+    (imagebuild.lock.model): anything else is a ConfigError of one line naming the file and the key path."""
     try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_LOCK_BYTES + 1)
-    except FileNotFoundError:
+        data = read_bounded(path, MAX_LOCK_BYTES, what="the lock file")
+    except MissingFile:
         return None
-    if len(data) > MAX_LOCK_BYTES:
-        raise ConfigError(f"{path}: larger than {MAX_LOCK_BYTES} bytes: not a lock file")
+    except OSError as exc:
+        raise ConfigError(f"{path.name}: cannot read {path}: {exc.strerror}") from None
     try:
         doc = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ConfigError(f"{path}: not a JSON lock file ({type(exc).__name__})") from None
-    if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
-        raise ConfigError(f"{path}: schema_version is not {SCHEMA_VERSION}")
-    inputs = doc.get("inputs")
-    if not isinstance(inputs, dict) or not all(
-        isinstance(v, dict) and v.get("status") in STATUSES and isinstance(v.get("spec"), dict) for v in inputs.values()
-    ):
-        raise ConfigError(f"{path}: 'inputs' is not an object of entries with a spec and a status in {STATUSES}")
-    return doc
+        raise ConfigError(f"{path.name}: not a JSON lock file ({type(exc).__name__})") from None
+    return model.validate(doc, path.name), hashlib.sha256(data).hexdigest()
+
+
+def load(path: Path) -> dict[str, Any] | None:
+    """The lock document, None when there is none; a file that is not one is a ConfigError naming it."""
+    found = read(path)
+    return None if found is None else found[0]
 
 
 def dump(doc: dict[str, Any]) -> str:
@@ -56,11 +61,12 @@ def dump(doc: dict[str, Any]) -> str:
 
 def save(path: Path, doc: dict[str, Any]) -> bool:
     """Write the document (atomically); False when the file already holds exactly it."""
+    model.validate(doc, path.name)  # never a lock that the next read refuses
     text = dump(doc)
     try:
-        if path.read_text(encoding="utf-8") == text:
+        if read_bounded(path, MAX_LOCK_BYTES) == text.encode("utf-8"):
             return False
-    except (OSError, UnicodeDecodeError):
+    except OSError:  # none yet, or not a regular file: write_atomic says so
         pass
     write_atomic(path, text.encode("utf-8"))
     return True
@@ -107,3 +113,15 @@ def stale(inputs: dict[str, Input], doc: dict[str, Any] | None, lock_name: str =
 def _short(value: Any) -> str:
     text = json.dumps(value, sort_keys=True)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def require_current(inputs: dict[str, Input], doc: dict[str, Any] | None, lock_name: str = LOCK_NAME) -> None:
+    """The lock must be made from the matrix as it is: CheckFailed on the first stale input (exit 1), each
+    further one said on stderr first. What `render --check` and `lock --check-remote` both require."""
+    import click
+
+    lines = stale(inputs, doc, lock_name)
+    for line in lines[1:]:
+        click.echo(f"stale lock: {line}", err=True)
+    if lines:
+        raise CheckFailed(f"stale lock: {lines[0]}", hint=f"run `imagebuild lock` and commit {lock_name}")

@@ -10,10 +10,12 @@ PEP 503 page's `#sha256=` fragments), files from a local wheelhouse by hashing t
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -21,8 +23,12 @@ from urllib.parse import unquote, urlparse
 from imagebuild.engine.registry import RegistryError
 from imagebuild.lock import debian, gitsrc, images
 from imagebuild.lock.http import FetchError, http_get
+from imagebuild.lock.model import one_line
+from imagecontract.blob import open_regular
 
 FAILED = ("unreachable", "changed", "unlocked")
+MAX_DETAIL = 600  # characters of one result's detail
+MAX_LOCAL_FILE = 8 << 30  # bytes of a wheel in a local wheelhouse hashed at most (the lock's size, when given)
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 
 
@@ -54,24 +60,30 @@ def _normal(name: str) -> str:
 
 def check(
     doc: dict[str, Any],
-    wanted: set[str] | None,
+    specs: dict[str, dict[str, Any]],
     limit: float,
     jobs: int,
     say: Callable[[str], None] = lambda line: None,
+    root: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """One result per input of the lock (those in wanted, when given), in key order."""
-    entries = {k: v for k, v in doc["inputs"].items() if wanted is None or k in wanted}
+    """One result per input of specs, in key order.
+
+    specs are the MATRIX's specifications of the inputs to check (imagebuild.lock.inputs.collect: what the matrix
+    says to fetch, already compared with the lock by lockfile.require_current); the lock entry gives only the pin
+    each is compared with. An input the lock does not hold is `unlocked`. root: the matrix's folder (a relative
+    find_links is relative to it; default: the working directory)."""
+    entries = {k: doc["inputs"].get(k) for k in sorted(specs)}
     lookups: dict[tuple[str, str], Any] = {}
-    for entry in entries.values():
-        if entry["spec"].get("requirements") is not None and entry["status"] == "locked":
+    for key, entry in entries.items():
+        if key.startswith("pip:") and entry is not None and entry["status"] == "locked":
             for package in entry["packages"]:
-                for f in package["files"]:
-                    if not f["url"].startswith("file:"):
-                        lookups[(entry["spec"]["index_url"], _normal(package["name"]))] = None
+                if any(not f["url"].startswith("file:") for f in package["files"]):
+                    lookups[(specs[key]["index_url"], _normal(package["name"]))] = None
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         pages = {key: pool.submit(_page, key[0], key[1], limit) for key in lookups}
-        futures = {key: pool.submit(_check_one, key, entry, limit, pages) for key, entry in sorted(entries.items())}
+        ctx = _Context(limit, pages, (root or Path.cwd()).resolve())
+        futures = {key: pool.submit(_check_one, key, specs[key], entry, ctx) for key, entry in entries.items()}
         results = []
         for key, future in futures.items():
             result = future.result()
@@ -89,19 +101,30 @@ def _page(index_url: str, project: str, limit: float) -> dict[str, str] | str:
         return f"unreachable: {exc}"
 
 
-def _check_one(key: str, entry: dict[str, Any], limit: float, pages: dict[tuple[str, str], Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Context:
+    limit: float  # seconds for one input's requests
+    pages: dict[tuple[str, str], Any]  # (index URL, project) -> the future of its simple-API page
+    root: Path  # the matrix's folder
+
+
+def _check_one(key: str, spec: dict[str, Any], entry: dict[str, Any] | None, ctx: _Context) -> dict[str, Any]:
     started = time.monotonic()
     kind = key.split(":", 1)[0]
-    try:
-        checks = {"image": _image, "git": _git, "pip": _pip, "file": _file, "apt": _apt}
-        status, detail = checks[kind](entry, limit, pages)
-    except Exception as exc:  # one input's surprise is its own line, never the whole check's traceback
-        status, detail = "unreachable", f"{type(exc).__name__}: {str(exc)[:200]}"
+    if entry is None:
+        status, detail = "unlocked", "not in the lock: run imagebuild lock"
+    else:
+        try:
+            checks = {"image": _image, "git": _git, "pip": _pip, "file": _file, "apt": _apt}
+            status, detail = checks[kind](spec, entry, ctx)
+        except Exception as exc:  # one input's surprise is its own line, never the whole check's traceback
+            status, detail = "unreachable", f"{type(exc).__name__}: {str(exc)[:200]}"
+    detail = one_line(detail, MAX_DETAIL)  # one line, whatever a server or a file said
     return {"key": key, "status": status, "detail": detail, "seconds": round(time.monotonic() - started, 3)}
 
 
-def _image(entry: dict[str, Any], limit: float, pages: Any) -> tuple[str, str]:
-    spec = entry["spec"]
+def _image(spec: dict[str, Any], entry: dict[str, Any], ctx: _Context) -> tuple[str, str]:
+    limit = ctx.limit
     if entry["status"] == "local" and spec["ref"].startswith("local/"):
         return "ok", f"made on this machine (scripts/setup.sh); locked ID {entry.get('image_id', '?')[:19]}"
     try:
@@ -118,8 +141,8 @@ def _image(entry: dict[str, Any], limit: float, pages: Any) -> tuple[str, str]:
     return "ok", f"{spec['ref']} is {got['digest']}"
 
 
-def _git(entry: dict[str, Any], limit: float, pages: Any) -> tuple[str, str]:
-    spec = entry["spec"]
+def _git(spec: dict[str, Any], entry: dict[str, Any], ctx: _Context) -> tuple[str, str]:
+    limit = ctx.limit
     if not spec.get("commit"):
         return "unlocked", "no commit in the matrix"
     status, detail = gitsrc.check(spec["url"], spec["commit"], entry.get("tree"), limit)
@@ -128,8 +151,9 @@ def _git(entry: dict[str, Any], limit: float, pages: Any) -> tuple[str, str]:
     return status, detail
 
 
-def _pip(entry: dict[str, Any], limit: float, pages: dict[tuple[str, str], Any]) -> tuple[str, str]:
-    spec = entry["spec"]
+def _pip(spec: dict[str, Any], entry: dict[str, Any], ctx: _Context) -> tuple[str, str]:
+    limit, pages = ctx.limit, ctx.pages
+    deadline = time.monotonic() + limit
     if entry["status"] != "locked":
         try:
             first = (spec["requirements"] or ["pip"])[0]
@@ -144,7 +168,7 @@ def _pip(entry: dict[str, Any], limit: float, pages: dict[tuple[str, str], Any])
         for f in package["files"]:
             checked += 1
             if f["url"].startswith("file:"):
-                problem = _local_file(Path(unquote(urlparse(f["url"]).path)), f["sha256"])
+                problem = _local_file(f["url"], f["sha256"], f.get("size"), _wheelhouses(spec, ctx.root), deadline)
             else:
                 page = pages[(spec["index_url"], _normal(package["name"]))].result()
                 if isinstance(page, str):
@@ -165,11 +189,41 @@ def _pip(entry: dict[str, Any], limit: float, pages: dict[tuple[str, str], Any])
     )
 
 
-def _local_file(path: Path, sha256: str) -> str | None:
+def _wheelhouses(spec: dict[str, Any], root: Path) -> list[Path]:
+    """The folders a pip set's `file:` URLs may lie in: the wheelhouse the matrix names for it (find_links,
+    relative to the repository) and $PIP_FIND_LINKS (the override `imagebuild lock` and the build honour), each
+    with its symlinks resolved. No other local file is read, whatever the lock says."""
+    names = [spec.get("find_links") or "", *os.environ.get("PIP_FIND_LINKS", "").split()]
+    found = []
+    for name in filter(None, names):
+        folder = Path(name.removeprefix("file://"))
+        found.append(os.path.realpath(folder if folder.is_absolute() else root / folder))
+    return [Path(f) for f in found]
+
+
+def _local_file(url: str, sha256: str, size: int | None, allowed: list[Path], deadline: float) -> str | None:
+    """None when the file at a `file:` URL has the locked sha256, else the problem: it lies outside the allowed
+    wheelhouses, is not a regular file (a FIFO, /dev/zero: refused without blocking), is larger than its locked
+    size (or MAX_LOCAL_FILE) or is not read by the deadline."""
+    parsed = urlparse(url)
+    path = Path(unquote(parsed.path))
+    if parsed.scheme != "file" or parsed.netloc or not path.is_absolute():
+        return f"{url[:120]}: not a file:///absolute/path URL"
+    real = Path(os.path.realpath(path))
+    if not any(real.is_relative_to(folder) for folder in allowed):
+        shown = ", ".join(str(f) for f in allowed) or "none"
+        return f"{path}: outside the wheelhouse the matrix names (find_links, $PIP_FIND_LINKS: {shown}): not read"
+    bound = MAX_LOCAL_FILE if size is None else min(size, MAX_LOCAL_FILE)
+    digest = hashlib.sha256()
+    read = 0
     try:
-        digest = hashlib.sha256()
-        with path.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
+        with open_regular(real) as fh:
+            while chunk := fh.read(1 << 20):
+                read += len(chunk)
+                if read > bound:
+                    return f"{path.name}: larger than the {bound} bytes locked"
+                if time.monotonic() > deadline:
+                    return f"{path.name}: not read within the deadline"
                 digest.update(chunk)
     except OSError as exc:
         return f"{path}: {exc.strerror}"
@@ -177,12 +231,12 @@ def _local_file(path: Path, sha256: str) -> str | None:
     return None if got == sha256 else f"{path.name}: expected sha256 {sha256} got {got}"
 
 
-def _apt(entry: dict[str, Any], limit: float, pages: Any) -> tuple[str, str]:
-    return debian.check(entry, limit)
+def _apt(spec: dict[str, Any], entry: dict[str, Any], ctx: _Context) -> tuple[str, str]:
+    return debian.check(spec, entry, ctx.limit)
 
 
-def _file(entry: dict[str, Any], limit: float, pages: Any) -> tuple[str, str]:
-    return "ok", f"{entry['spec']['path']} is in this repository (render --check compares its sha256)"
+def _file(spec: dict[str, Any], entry: dict[str, Any], ctx: _Context) -> tuple[str, str]:
+    return "ok", f"{spec['path']} is in this repository (render --check compares its sha256)"
 
 
 def summary(results: list[dict[str, Any]]) -> dict[str, Any]:

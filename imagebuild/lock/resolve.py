@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.engine.registry import RegistryError
-from imagebuild.lock import debian, gitsrc, images, pipsets
+from imagebuild.lock import debian, gitsrc, images, model, pipsets
 from imagebuild.lock.http import FetchError
 from imagebuild.lock.inputs import Input
+
+MAX_WHY = 1000  # characters of an unresolved entry's reason
 
 
 @dataclass
@@ -57,6 +59,8 @@ def lock(
                 continue
             started = time.monotonic()
             entry = _resolve_one(item, entries, options, git_dir, git_dirs, work)
+            if "why" in entry:  # what a server or a tool said: one line of the lock's length (lock.model's Note)
+                entry["why"] = model.one_line(entry["why"], MAX_WHY)
             entries[key] = {"spec": item.spec, "where": item.where, **entry}
             took = time.monotonic() - started
             why = f": {entry['why']}" if entry["status"] == "unresolved" else ""

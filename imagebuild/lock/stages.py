@@ -12,6 +12,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from imagebuild.errors import ConfigError
 from imagebuild.lock import lockfile
 from imagebuild.matrix import Target
 
@@ -23,17 +24,26 @@ HEADER = (
 
 def _doc(root: Path) -> dict[str, Any] | None:
     """The lock beside the matrix in root, read once per version of the file (render asks for every stage)."""
+    found = _read(root)
+    return None if found is None else found[0]
+
+
+def _read(root: Path) -> tuple[dict[str, Any], str] | None:
+    """(document, sha256 of its bytes) of the lock in root (lockfile.read: bounded, regular files only, checked
+    against the lock's model), None when there is none."""
     path = root / lockfile.LOCK_NAME
     try:
         stat = path.stat()
     except FileNotFoundError:
         return None
-    return _load(str(path), stat.st_mtime_ns, stat.st_size)
+    except OSError as exc:
+        raise ConfigError(f"{lockfile.LOCK_NAME}: cannot read {path}: {exc.strerror}") from None
+    return _load(str(path), stat.st_mtime_ns, stat.st_size, stat.st_ino)
 
 
 @functools.lru_cache(maxsize=8)
-def _load(path: str, mtime_ns: int, size: int) -> dict[str, Any] | None:
-    return lockfile.load(Path(path))
+def _load(path: str, mtime_ns: int, size: int, inode: int) -> tuple[dict[str, Any], str] | None:
+    return lockfile.read(Path(path))
 
 
 def stage_sets(root: Path, target: Target, stages: list[str]) -> dict[str, tuple[str, str]]:
@@ -56,16 +66,13 @@ def unlocked(root: Path, target: Target) -> tuple[str | None, list[str]]:
 
     No lock file: (None, ["matrix.lock.json"]). A local base image (made by scripts/setup.sh) counts as pinned.
     """
-    import hashlib
-
-    path = root / lockfile.LOCK_NAME
-    doc = _doc(root)
-    if doc is None:
+    found = _read(root)
+    if found is None:
         return None, [lockfile.LOCK_NAME]
+    doc, sha = found
     keys = doc.get("targets", {}).get(target.name, {}).get(target.oci_platform)
     if keys is None:
         return None, [f"{lockfile.LOCK_NAME} has no {target.name} {target.oci_platform}"]
-    sha = hashlib.sha256(path.read_bytes()).hexdigest()
     return sha, sorted(k for k in keys if doc["inputs"].get(k, {}).get("status") not in ("locked", "local"))
 
 

@@ -6,6 +6,7 @@ files are byte-identical across runs and machines and `render --check` can gate 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import shlex
@@ -14,14 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from pydantic import BaseModel
 
 from imagebuild.errors import CheckFailed, ConfigError
 from imagebuild.lock import stages as lock_stages
+from imagebuild.lock.model import CONTROL
 from imagebuild.matrix import Matrix, Target, TgiRuntime
 from imagebuild.matrix.arches import Resolution
+from imagebuild.matrix.fields import excerpt
 from imagebuild.plan.target_plan import COMMITTED_DIR, TargetPlan, image_ref, plan_for
 from imagebuild.render import platforms
 from imagecontract.atomic import write_atomic
+from imagecontract.blob import MissingFile, read_bounded
 
 RENDERED_FILES = ("Dockerfile", "manifest.json")
 
@@ -74,6 +79,33 @@ def _no_none(value: object) -> object:
     if value is None:
         raise jinja2.TemplateRuntimeError("a value the template needs is not set in the matrix (it would render None)")
     return value
+
+
+def _one_line(value: object, where: str = "") -> None:
+    """The one rule for every value a Dockerfile template is given (the matrix's, the lock's digests and paths):
+    no line break or other control character anywhere in it, so no value can end an instruction and start
+    another (a digest holding a newline would be a `RUN` line). Checked on the whole context before rendering;
+    shell words are also quoted (`| q`) and FROM digests have their grammar (imagebuild.lock.model)."""
+    if isinstance(value, str):
+        found = CONTROL.search(value)
+        if found:
+            raise ConfigError(
+                f"render: {where or 'a value'} holds {found.group()!r} at {found.start()} "
+                f"({excerpt(value, 60)}): a Dockerfile line cannot hold a line break or control character"
+            )
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _one_line(key, where)
+            _one_line(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list | tuple | set | frozenset):
+        for i, item in enumerate(value):
+            _one_line(item, f"{where}[{i}]")
+    elif isinstance(value, BaseModel):
+        _one_line(dict(value), where)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        _one_line({f.name: getattr(value, f.name) for f in dataclasses.fields(value)}, where)
+    elif not isinstance(value, int | float | type(None) | Path):
+        _one_line(str(value), where)
 
 
 @functools.lru_cache(maxsize=8)  # compiled once per process; the loader still reloads a template that changed
@@ -256,7 +288,9 @@ def render_plan(plan: TargetPlan, matrix: Matrix | None = None) -> Rendered:
     env = environment(plan.root / "dockerfiles" / "templates")
     try:
         sets = _locked_sets(plan)
-        dockerfile = env.get_template("Dockerfile.j2").render(**_context(plan, sets))
+        context = _context(plan, sets)
+        _one_line(context)
+        dockerfile = env.get_template("Dockerfile.j2").render(**context)
     except jinja2.TemplateError as exc:
         raise ConfigError(f"template error while rendering {plan.name}: {exc}") from None
     manifest_text = json.dumps(plan.manifest, indent=2, sort_keys=True) + "\n"
@@ -272,6 +306,7 @@ def _render_cross(matrix: Matrix, plan: TargetPlan) -> Rendered:
     oci = [platforms.platform_context(each, _locked_sets(each)) for each in plans]
     try:
         context = {**_context(plans[0]), "oci": oci, "locked_build": oci[0]["locked"]}
+        _one_line(context)
         env = environment(plan.root / "dockerfiles" / "templates")
         dockerfile = env.get_template(platforms.TEMPLATE).render(**context)
     except jinja2.TemplateError as exc:
@@ -302,9 +337,21 @@ def render_target(
     return render_plan(plan_for(matrix, target, resolution, out_dir=out_dir), matrix)
 
 
+MAX_RENDERED = 16 << 20  # bytes of a rendered file read back to compare (the real ones are a few KiB)
+
+
+def on_disk(path: Path) -> bytes | None:
+    """A rendered file as it is on disk (None: not there), read as files imagebuild did not write are
+    (imagecontract.blob: a FIFO or device there is refused without blocking, UnreadableFile, an OSError)."""
+    try:
+        return read_bounded(path, MAX_RENDERED, what="a rendered file")
+    except MissingFile:
+        return None
+
+
 def write_if_changed(path: Path, text: str) -> bool:
     """Write through the contract's write_atomic (0644) unless the file already holds text; whether it changed."""
-    if path.exists() and path.read_text(encoding="utf-8") == text:
+    if on_disk(path) == text.encode("utf-8"):
         return False
     write_atomic(path, text)
     return True
@@ -331,9 +378,14 @@ def differences(files: dict[str, str], directory: Path) -> list[str]:
     drifted = []
     for name, text in files.items():
         path = directory / name
-        if not path.exists():
+        try:
+            found = on_disk(path)
+        except OSError as exc:  # a FIFO, a device, a folder, a file too large: said, never waited on
+            drifted.append(f"{path} ({exc.strerror})")
+            continue
+        if found is None:
             drifted.append(f"{path} (missing)")
-        elif path.read_text(encoding="utf-8") != text:
+        elif found != text.encode("utf-8"):
             drifted.append(f"{path} (differs)")
     return drifted
 
