@@ -34,8 +34,9 @@ from tests.test_report import (
     rocm_evidence,
     row,
 )
+from tests.test_report_browser import browser, type_query  # noqa: F401 (the chromium harness's fixture)
 
-PWNED = "window.__pwned=1"
+PWNED = "window.__pwned=1;0"  # the statement ends before what the page appends ("-title")
 PAYLOADS = [
     f'" onload="{PWNED}',
     f"' onmouseover='{PWNED}",
@@ -413,3 +414,39 @@ def test_history_times_are_kept_in_utc(tmp_path: Path) -> None:
     plot = next(p for p in page.plots if p.id == "plot-runtime")
     assert plot.table[1][1] == "2026-11-30T10:00:00+00:00"
     assert NOW.tzinfo is not None
+
+
+@pytest.mark.skipif(
+    not (Path("/usr/bin/chromium").exists() and Path("/usr/bin/chromedriver").exists()),
+    reason="chromium / chromium-driver not installed",
+)
+def test_injected_handlers_do_not_run_in_chromium(browser, tmp_path: Path) -> None:  # noqa: F811
+    """Every payload on one page each, opened in headless Chromium (tests/test_report_browser.py's harness): no
+    handler ran, no element carries one, the page's own script still works (the lookup answers)."""
+    from selenium.webdriver.common.by import By
+
+    from imagebuild.report.html import write
+
+    driver = browser
+    for i, payload in enumerate(PAYLOADS):
+        root = tmp_path / str(i)
+        bench = hostile_evidence(root, payload)
+        html, _ = write(page_for(root, bench_dir=bench), root / "out")
+        driver.get(html.as_uri())
+        found = driver.execute_script(
+            """
+                var handlers = 0;
+                document.querySelectorAll('*').forEach(function (e) {
+                  Array.prototype.forEach.call(e.attributes, function (a) {
+                    if (a.name.toLowerCase().indexOf('on') === 0) { handlers += 1; } });
+                  ['mouseover', 'focus', 'click', 'load', 'error'].forEach(function (t) {
+                    if (e.tagName !== 'BUTTON' && e.tagName !== 'A' && e.tagName !== 'SUMMARY') {
+                      e.dispatchEvent(new Event(t)); } });
+                });
+                return {pwned: window.__pwned === 1, handlers: handlers,
+                        scripts: document.scripts.length, plots: document.querySelectorAll('svg.plot').length};
+                """
+        )
+        assert found == {"pwned": False, "handlers": 0, "scripts": 2, "plots": 2}, (payload, found)
+        assert "1 of 6 rows run there" in type_query(driver, "gfx942"), payload  # the page's own script works
+        assert driver.find_element(By.ID, "lookup-result").text
