@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import tarfile
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from imagebuild.commands.common import echo_json
 from imagebuild.engine.features import FEATURES
 from imagebuild.engine.reference import image_argument
 from imagebuild.errors import ConfigError
-from imagebuild.prove.doctor import as_dict, describe, gather
+from imagebuild.prove.doctor import as_dict, describe, engine_since, gather
 
 MANIFEST = "/opt/imagebuild/manifest.json"
 
@@ -54,15 +55,16 @@ def engine_report(require: tuple[str, ...]) -> dict[str, object]:
     from imagebuild.engine.docker import find_engine
     from imagebuild.engine.features import engine_facts
 
+    where = engine_since(os.environ.get("DOCKER_HOST"))  # which address, since when, kept running by what
     try:
         engine = find_engine()
     except ConfigError as exc:
         if require:
             raise
-        return {"error": exc.message}
+        return {"error": exc.message, **where, "since": None}
     for feature in require:
         engine.require(feature, f"doctor --require {feature}")
-    return engine_facts(engine.describe(), engine.facts)
+    return {**engine_facts(engine.describe(), engine.facts), **where}
 
 
 @click.command("doctor")

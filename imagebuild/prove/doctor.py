@@ -12,6 +12,7 @@ installed: `python3 -m imagebuild.prove.doctor [--json] [--arch LIST]`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import sys
@@ -129,12 +130,59 @@ def kubernetes_snippet(facts: HostFacts) -> str:
     return "\n".join([*lines, f"          {resource}: {max(1, len(facts.gpus))}"])
 
 
+SUPERVISE_DIR = "/run/imagebuild/supervise"  # scripts/supervise.sh's state, one folder per daemon (setup.sh)
+
+
+def engine_since(docker_host: str | None, supervise_dir: Path | None = None) -> dict[str, object]:
+    """Where the engine is asked (DOCKER_HOST, else /var/run/docker.sock), since when what answers there runs (the
+    start its supervisor recorded, else the unix socket's change time: dockerd makes the socket when it starts), and
+    whether scripts/supervise.sh keeps it running (issue 29: a daemon nobody restarts is said, not found by a build)."""
+    import os
+    from datetime import UTC, datetime
+
+    address = docker_host or "unix:///var/run/docker.sock"
+    out: dict[str, object] = {"address": address, "since": None, "supervised": None}
+    if not address.startswith("unix://"):
+        return out
+    socket = address.removeprefix("unix://")
+    with contextlib.suppress(OSError):
+        out["since"] = datetime.fromtimestamp(os.stat(socket).st_ctime, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    root = supervise_dir or Path(os.environ.get("IMAGEBUILD_SUPERVISE_DIR", SUPERVISE_DIR))
+    for state in sorted(root.glob("*/socket")) if root.is_dir() else []:
+        with contextlib.suppress(OSError, ValueError):
+            if state.read_text().strip() != socket:
+                continue
+            pid = int((state.parent / "supervisor.pid").read_text().strip()[:20])
+            alive = b"supervise.sh" in Path(f"/proc/{pid}/cmdline").read_bytes()[:4096]
+            out["supervised"] = {"name": state.parent.name, "pid": pid, "running": alive}
+            if alive:
+                out["since"] = (state.parent / "since").read_text().strip()[:40] or out["since"]
+                out["supervised"]["restarts"] = int((state.parent / "restarts").read_text().strip()[:20] or 0)
+    if out["supervised"] is None:
+        out["supervised"] = {"running": False}
+    return out
+
+
+def supervision_line(engine: dict[str, object]) -> str:
+    watch = engine.get("supervised")
+    if not isinstance(watch, dict):
+        return ""
+    if watch.get("running"):
+        restarts = watch.get("restarts", 0)
+        return f"  kept running by scripts/supervise.sh (pid {watch['pid']}, started again {restarts} times)"
+    return "  nothing restarts it if it stops (no live scripts/supervise.sh for it): bash scripts/setup.sh starts one"
+
+
 def engine_lines(engine: dict[str, object]) -> list[str]:
     """The engine section: versions, image store, how builds run, and each feature (with why not and who has it)."""
+    where = f" on {engine['address']}" if engine.get("address") else ""
     if engine.get("error"):
-        return [f"engine: none ({engine['error']})"]
+        return [f"engine: none{where} ({engine['error']})", *filter(None, [supervision_line(engine)])]
+    since = f" since {engine['since']}" if engine.get("since") else ""
     lines = [
-        f"engine: Docker {engine['version']}, {engine['store']} image store, BuildKit {engine['buildkit']}",
+        f"engine: Docker {engine['version']} answers{where}{since}",
+        f"  {engine['store']} image store, BuildKit {engine['buildkit']}",
+        *filter(None, [supervision_line(engine)]),
         f"  builds with {engine['builds_with']}",
     ]
     features = engine.get("features")
