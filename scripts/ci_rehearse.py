@@ -5,10 +5,29 @@ Every job of the workflow, in `needs` order, each matrix leg after the other, ru
 the YAML (never a copy), in one fresh Debian container made from the local base image: as the non-root user
 `runner` (passwordless sudo, as on a typical self-hosted runner), in a workspace that persists from job to job as a
 runner's does, against the loopback registry, with the host's engine through its socket. The actions the workflow
-uses are emulated from their inputs (checkout copies this working tree, upload/download-artifact copy folders,
-setup-python checks the runner's Python); an action the rehearsal does not know fails it. Expressions are
-evaluated by scripts/ci_expr.py: GitHub contexts with the values of a push to main (or `--event pull_request`),
-no secrets, repository variables pointing at the loopback registry.
+uses are emulated from their inputs where the real ones decide something (ACTIONS below); an action the rehearsal
+does not know fails it. Expressions are evaluated by scripts/ci_expr.py: GitHub contexts with the values of a push
+to main (or `--event pull_request`, `--event workflow_dispatch --ref refs/heads/<branch>`), no secrets, repository
+variables pointing at the loopback registry; an environment with deployment-branch rules (PROTECTED) refuses a job
+from another ref, as GitHub does. `--rerun JOB` runs a job's legs again after the run (attempt 2), over the same
+artifacts, as GitHub's "Re-run jobs" does.
+
+ACTIONS, each behaving like the pinned release where the workflow depends on it:
+- actions/download-artifact v8.0.1 (3e5f45b2): `name`, or a `pattern` that matches ONE artifact, or
+  `merge-multiple: true`, unpacks into `path` itself; a pattern matching several, each into `path/<name>/`
+  (actions/download-artifact@3e5f45b2 src/download-artifact.ts:189-194; README.md:66 "This change also applies to
+  patterns that only match a single artifact"). A name that is not there fails (src/download-artifact.ts:93-95).
+- actions/upload-artifact v7.0.0 (bbbca2dd): an artifact of that name already in the run (an earlier attempt's)
+  fails the step unless `overwrite: true` (actions/upload-artifact@bbbca2dd action.yml:37-42,
+  src/upload/upload-artifact.ts:68-70; the service answers 409 "an artifact with this name already exists on the
+  workflow run", as seen in actions/upload-artifact#478); a folder's contents are the artifact's root.
+- actions/setup-python v7.0.0 (5fda3b95): the runner's tool cache ($RUNNER_TOOL_CACHE/Python/<version>/x64), else
+  a build from actions/python-versions' manifest, whose Linux builds are for Ubuntu releases only (matched on
+  /etc/lsb-release or /etc/os-release VERSION_ID: actions/toolkit packages/tool-cache/src/manifest.ts _findMatch,
+  _getOsVersion); else it fails with "The version '3.11' with architecture 'x64' was not found for debian 12"
+  (actions/setup-python@5fda3b95 src/find-python.ts:102-132, src/utils.ts:175-207). On a GitHub-hosted label
+  (ubuntu-*) the hosted image's tool cache has it: the stand-in is the runner's python3 of that version.
+- actions/checkout: copies this working tree (tracked and unignored files, and .git).
 
 Stand-ins, printed on every run: the runner's admin provisioning is the runner image plus the host's docker, buildx
 and cosign binaries, mounted read-only; GPU legs run on the CPU with `--gpu none` and are marked as such (their
@@ -67,6 +86,11 @@ SHELLS = {
 }
 NO_SHELL = ["bash", "-e", "{0}"]  # GitHub's default on Linux when neither the step nor defaults name a shell
 GPU_LABELS = {"rocm", "cuda"}
+# Environments with deployment-branch rules (docs/ci.md, Settings -> Environments): a job naming one from another
+# ref is refused by GitHub before it starts ("... is not allowed to deploy to ... due to environment protection
+# rules"). The rehearsal applies the same rule.
+PROTECTED = {"release": "refs/heads/main", "builder-main": "refs/heads/main"}
+ZERO_SHA = "0" * 40
 
 
 class SetupError(Exception):
@@ -84,6 +108,7 @@ class StepResult:
     exit_code: int | None = None
     note: str = ""
     log: str = ""
+    attempt: int = 1
 
 
 @dataclass
@@ -94,6 +119,7 @@ class LegResult:
     status: str
     marks: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    attempt: int = 1
 
 
 def _docker() -> str:
@@ -169,6 +195,57 @@ def on_the_cpu(matrix: dict[str, Any], runs_on: Any) -> tuple[dict[str, Any], li
     return {**matrix, "gpu": "none"}, [mark]
 
 
+def hosted(runs_on: Any) -> bool:
+    """A GitHub-hosted runner label (ubuntu-24.04, ...), not a self-hosted pool."""
+    labels = runs_on if isinstance(runs_on, list) else [runs_on]
+    return "self-hosted" not in labels and any(str(label).startswith("ubuntu-") for label in labels)
+
+
+def setup_python_script(version: str, runs_on: Any) -> str:
+    """actions/setup-python v7.0.0 on this runner (ACTIONS in the module docstring): the tool cache, else a build
+    for an Ubuntu release from the manifest (not downloaded here), else the action's own error."""
+    q = shlex.quote(version)
+    if hosted(runs_on):  # the hosted image's tool cache holds every supported version: the runner's python3 stands in
+        return (
+            'have="$(python3 -c "import sys; print(\'%d.%d\' % sys.version_info[:2])")"\n'
+            f'if [ "$have" != {q} ]; then echo "setup-python (hosted {runs_on}): the rehearsal\'s stand-in is the '
+            f"runner's Python $have, the step asks for {version}\"; exit 1; fi\n"
+            f'echo "setup-python: Python $have (hosted {runs_on}: its tool cache; here the runner\'s own)"\n'
+        )
+    manifest = "https://raw.githubusercontent.com/actions/python-versions/main/versions-manifest.json"
+    return f"""want={q}
+cache="${{RUNNER_TOOL_CACHE:-/opt/hostedtoolcache}}/Python"
+for dir in "$cache/$want" "$cache/$want".*; do
+  if [ -f "$dir/x64.complete" ]; then
+    echo "setup-python: found in the local cache: $dir/x64"; echo "$dir/x64/bin" >> "$GITHUB_PATH"; exit 0
+  fi
+done
+echo "Version $want was not found in the local cache"
+id=""; ver=""
+if [ -f /etc/lsb-release ]; then . /etc/lsb-release; id="${{DISTRIB_ID:-}}"; ver="${{DISTRIB_RELEASE:-}}"
+elif [ -f /etc/os-release ]; then . /etc/os-release; id="${{ID:-}}"; ver="${{VERSION_ID:-}}"; fi
+case "$id:$ver" in
+  [Uu]buntu:20.04 | [Uu]buntu:22.04 | [Uu]buntu:24.04)
+    echo "setup-python: $want is available for downloading for $id $ver; the rehearsal does not download"
+    exit 1 ;;
+esac
+echo "Error: The version '$want' with architecture 'x64' was not found for ${{id:-this operating system}} $ver."
+echo "The list of all available versions can be found here: {manifest}"
+exit 1
+"""
+
+
+def download_plan(names: list[str], name: str, pattern: str, merge: bool) -> list[tuple[str, str]] | str:
+    """actions/download-artifact v8.0.1: (artifact, sub-folder of `path`) for each artifact, or why it fails. By
+    name, a pattern that matches one artifact, or merge-multiple: into `path` itself; else `path/<name>/`."""
+    if name:
+        return [(name, "")] if name in names else f"Artifact '{name}' not found"
+    matched = [n for n in names if fnmatch.fnmatchcase(n, pattern or "*")]
+    if len(matched) == 1 or merge:
+        return [(n, "") for n in matched]
+    return [(n, n) for n in matched]
+
+
 def _leg_name(leg: dict[str, Any]) -> str:
     keys = [k for k in ("target", "platform", "arch") if k in leg] or sorted(leg)
     return " ".join(to_text(leg[k]) for k in keys)
@@ -237,11 +314,26 @@ class Rehearsal:
         self.artifacts = self.root / "artifacts"
         self.staging = f"{args.registry}/{args.prefix}-{self.id}-staging"
         self.public = f"{args.registry}/{args.prefix}-{self.id}"
+        self.cache = f"{args.registry}/{args.prefix}-{self.id}-cache"
         event = args.event
+        ref = args.ref or ("refs/pull/1/merge" if event == "pull_request" else "refs/heads/main")
+        if event == "pull_request":
+            payload: dict[str, Any] = {
+                "pull_request": {
+                    "number": 1,
+                    "head": {"repo": {"full_name": f"rehearsal/{repo_name}"}},
+                    "base": {"sha": args.before or ZERO_SHA},
+                }
+            }
+        elif event == "push":
+            payload = {"ref": ref, "before": args.before or ZERO_SHA}
+        else:
+            payload = {"ref": ref, "inputs": {}}
+        self.attempt = 1
         self.github: dict[str, Any] = {
             "event_name": event,
-            "ref": "refs/heads/main" if event != "pull_request" else "refs/pull/1/merge",
-            "ref_name": "main" if event != "pull_request" else "1/merge",
+            "ref": ref,
+            "ref_name": ref.removeprefix("refs/heads/").removeprefix("refs/tags/").removeprefix("refs/pull/"),
             "sha": self.sha,
             "repository": f"rehearsal/{repo_name}",
             "repository_owner": "rehearsal",
@@ -250,11 +342,14 @@ class Rehearsal:
             "run_attempt": "1",
             "workflow": self.workflow.get("name", ""),
             "workspace": str(self.workspace),
-            "event": {"pull_request": {"number": 1, "head": {"repo": {"full_name": f"rehearsal/{repo_name}"}}}}
-            if event == "pull_request"
-            else {"ref": "refs/heads/main"},
+            "event": payload,
         }
-        self.vars = {"IMAGEBUILD_STAGING": self.staging, "IMAGEBUILD_PUBLIC": self.public}
+        self.vars = {
+            "IMAGEBUILD_STAGING": self.staging,
+            "IMAGEBUILD_PUBLIC": self.public,
+            "IMAGEBUILD_CACHE": self.cache,
+        }
+        self.runs_on: Any = None
 
     # ---------------------------------------------------------------- setup
     def log(self, text: str) -> None:
@@ -343,22 +438,25 @@ class Rehearsal:
             raise SetupError(f"could not start the runner container: {proc.stderr.strip()[-500:]}")
 
     def wheelhouse(self) -> Path | None:
-        """imagebuild's dependencies as wheels, made once per pyproject.toml in the runner (a runner's admin may
-        point pip at a mirror the same way): six venv installs then take seconds, not minutes of index queries."""
+        """The workflow's pinned dependencies (.github/ci-requirements.txt, hashes checked) as wheels, made once per
+        lock in the runner (a runner's admin may point pip at a mirror the same way): six venv installs then take
+        seconds, not minutes of index queries. The jobs still install with --require-hashes from it."""
         if self.args.no_wheelhouse:
             return None
-        key = hashlib.sha256((REPO / "pyproject.toml").read_bytes() + self.image.encode()).hexdigest()[:12]
+        lock = REPO / ".github" / "ci-requirements.txt"
+        key = hashlib.sha256(lock.read_bytes() + self.image.encode()).hexdigest()[:12]
         wheels = Path(self.args.cache) / f"wheels-{key}"
         if (wheels / ".complete").is_file():
             return wheels
         self.log(f"making the runner's wheelhouse {wheels} (once per pyproject.toml)")
         tmp = self.root / "tmp" / "wheelhouse"
-        w, part, t, snap = (shlex.quote(str(p)) for p in (wheels, f"{wheels}.partial", tmp, self.snap))
+        w, part, t, req = (
+            shlex.quote(str(p)) for p in (wheels, f"{wheels}.partial", tmp, self.snap / lock.relative_to(REPO))
+        )
         script = (
-            f"rm -rf {part} && mkdir -p {t} && cp -r {snap} {t}/src && python3 -m venv {t}/venv\n"
-            f"{t}/venv/bin/python -m pip wheel -q -w {part} {t}/src\n"
-            f"{t}/venv/bin/python -m pip download -q -d {part} 'setuptools>=68' wheel\n"
-            f"rm -f {part}/imagebuild-*.whl && mv {part} {w} && touch {w}/.complete && rm -rf {t}\n"
+            f"rm -rf {part} && mkdir -p {t} && python3 -m venv {t}/venv\n"
+            f"{t}/venv/bin/python -m pip download -q --only-binary :all: --require-hashes -r {req} -d {part}\n"
+            f"mv {part} {w} && touch {w}/.complete && rm -rf {t}\n"
         )
         self.temp = self.root / "tmp"
         env = {**self.machine_env(), "PIP_CACHE_DIR": str(Path(self.args.cache) / "pip")}
@@ -432,28 +530,34 @@ class Rehearsal:
                 script += "echo 'rehearse: checkout would keep the token in the git config (persist-credentials)'\n"
             return self.shell(script, env, timeout, log, workdir="/")
         if name == "actions/setup-python":
-            want = to_text(inputs.get("python-version", ""))
-            script = (
-                f'have="$(python3 -c "import sys; print(\'%d.%d\' % sys.version_info[:2])")"\n'
-                f'if [ "$have" != {q(want)} ]; then echo "setup-python: the runner has Python $have, '
-                f'the step asks for {want} (the rehearsal does not download Pythons)"; exit 1; fi\n'
-                f'echo "setup-python: Python $have (the runner\'s own)"\n'
+            return self.shell(
+                setup_python_script(to_text(inputs.get("python-version", "")), self.runs_on), env, timeout, log
             )
-            return self.shell(script, env, timeout, log)
         if name == "actions/upload-artifact":
             art = self.artifacts / to_text(inputs.get("name", "artifact"))
             paths = [p for p in to_text(inputs.get("path", "")).splitlines() if p.strip()]
             missing = to_text(inputs.get("if-no-files-found", "warn"))
+            overwrite = to_text(inputs.get("overwrite", "false")) == "true"
             if len(paths) != 1:
                 with log.open("a") as out:
                     out.write("rehearse: upload-artifact with several paths is not emulated\n")
                 return 1
             src = ws / paths[0].strip()
+            exists = (
+                f"echo 'Error: Failed to CreateArtifact: Received non-retryable error: Failed request: (409) Conflict: "
+                f"an artifact with this name already exists on the workflow run ({art.name}, overwrite: false)'\n"
+                "exit 1\n"
+            )
+            if overwrite:
+                exists = (
+                    f"rm -rf {q(str(art))}; echo 'upload-artifact: artifact {art.name} deleted (overwrite: true)'\n"
+                )
             script = (
-                f"if [ -e {q(str(art))} ]; then echo 'upload-artifact: {art.name} exists'; exit 1; fi\n"
-                f'if [ -d {q(str(src))} ] && [ -n "$(ls -A {q(str(src))})" ]; then mkdir -p {q(str(art))}; '
-                f"cp -a {q(str(src))}/. {q(str(art))}/\n"
-                f"elif [ -f {q(str(src))} ]; then mkdir -p {q(str(art))}; cp -a {q(str(src))} {q(str(art))}/\n"
+                f'if [ -d {q(str(src))} ] && [ -n "$(ls -A {q(str(src))})" ] || [ -f {q(str(src))} ]; then\n'
+                f"  if [ -e {q(str(art))} ]; then {exists}  fi\n"
+                f"  mkdir -p {q(str(art))}\n"
+                f"  if [ -d {q(str(src))} ]; then cp -a {q(str(src))}/. {q(str(art))}/\n"
+                f"  else cp -a {q(str(src))} {q(str(art))}/; fi\n"
                 f"elif [ {q(missing)} = error ]; then echo 'upload-artifact: no files at {paths[0]}'; exit 1\n"
                 f"else echo 'upload-artifact: no files at {paths[0]} ({missing})'; fi\n"
             )
@@ -463,20 +567,16 @@ class Rehearsal:
             single = to_text(inputs.get("name", ""))
             pattern = to_text(inputs.get("pattern", ""))
             merge = to_text(inputs.get("merge-multiple", "false")) == "true"
-            if single:
-                src = self.artifacts / single
-                script = (
-                    f"[ -d {q(str(src))} ] || {{ echo 'download-artifact: no artifact named {single}'; exit 1; }}\n"
-                    f"mkdir -p {q(str(dest))} && cp -a {q(str(src))}/. {q(str(dest))}/\n"
-                )
-            else:
-                names = sorted(p.name for p in self.artifacts.iterdir() if fnmatch.fnmatchcase(p.name, pattern or "*"))
-                script = f"mkdir -p {q(str(dest))}\n" + "".join(
-                    f"mkdir -p {q(str(dest if merge else dest / n))} && "
-                    f"cp -a {q(str(self.artifacts / n))}/. {q(str(dest if merge else dest / n))}/\n"
-                    for n in names
-                )
-                script += f"echo 'download-artifact: {len(names)} artifact(s) matching {pattern}'\n"
+            plan = download_plan(sorted(p.name for p in self.artifacts.iterdir()), single, pattern, merge)
+            if isinstance(plan, str):
+                with log.open("a") as out:
+                    out.write(f"download-artifact: {plan}\n")
+                return 1
+            script = f"mkdir -p {q(str(dest))}\n" + "".join(
+                f"mkdir -p {q(str(dest / sub))} && cp -a {q(str(self.artifacts / n))}/. {q(str(dest / sub))}/\n"
+                for n, sub in plan
+            )
+            script += f"echo 'download-artifact: {len(plan)} artifact(s) into {dest}'\n"
             return self.shell(script, env, timeout, log)
         with log.open("a") as out:
             out.write(f"rehearse: the action {uses} is not emulated; teach scripts/ci_rehearse.py what it does\n")
@@ -511,7 +611,7 @@ class Rehearsal:
         if not condition(job.get("if"), ev):
             self.log(f"{name}: skipped (if: {job.get('if', 'success()')})")
             self.needs[name] = {"result": "skipped", "outputs": {}}
-            self.legs.append(LegResult(name, "", None, "skipped"))
+            self.legs.append(self._leg_result(name, "", None, "skipped"))
             return "skipped"
         legs = _legs(job, ev)
         outcome = "success"
@@ -534,7 +634,17 @@ class Rehearsal:
         runs_on = expand(job.get("runs-on"), ev)
         matrix, marks = on_the_cpu(matrix, runs_on)
         ev = Evaluator(self.job_contexts(matrix))
+        self.runs_on = runs_on
         started = time.monotonic()
+        environment = expand(job.get("environment"), ev)
+        environment = to_text(environment.get("name") if isinstance(environment, dict) else environment or "")
+        if environment in PROTECTED and self.github["ref"] != PROTECTED[environment]:
+            why = (
+                f'Branch "{self.github["ref"]}" is not allowed to deploy to {environment} due to environment '
+                "protection rules."
+            )
+            self.log(f"{name} [{leg}]: {why}")
+            return self.fail_leg(name, leg, runs_on, marks, started, why)
         timeout_s = float(job.get("timeout-minutes", 360)) * 60
         self.temp = self.root / "temp"
         self.log(f"{name} [{leg}] on {runs_on}" + "".join(f"  ** {m}" for m in marks))
@@ -557,7 +667,7 @@ class Rehearsal:
             "CI": "true",
             "GITHUB_WORKFLOW": str(self.github["workflow"]),
             "GITHUB_RUN_ID": self.id,
-            "GITHUB_RUN_ATTEMPT": "1",
+            "GITHUB_RUN_ATTEMPT": str(self.attempt),
             "GITHUB_JOB": name,
             "GITHUB_SHA": self.sha,
             "GITHUB_REF": self.github["ref"],
@@ -567,6 +677,7 @@ class Rehearsal:
             "GITHUB_SERVER_URL": self.github["server_url"],
             "GITHUB_WORKSPACE": str(self.workspace),
             "RUNNER_TEMP": str(self.temp),
+            "RUNNER_TOOL_CACHE": str(self.root / "work" / "_tool"),
             "RUNNER_OS": "Linux",
             "RUNNER_ARCH": "X64",
             "RUNNER_NAME": f"rehearsal-{self.id}",
@@ -657,18 +768,22 @@ class Rehearsal:
         outputs = {k: to_text(expand(v, ev_out)) for k, v in (job.get("outputs") or {}).items()}
         status = "failure" if failed else "success"
         seconds = round(time.monotonic() - started, 1)
-        self.legs.append(LegResult(name, leg, runs_on, status, marks, seconds))
+        self.legs.append(self._leg_result(name, leg, runs_on, status, marks, seconds))
         self.log(f"{name} [{leg}]: {status} in {seconds} s")
         return status, outputs
 
     def fail_leg(
         self, name: str, leg: str, runs_on: Any, marks: list[str], started: float, why: str
     ) -> tuple[str, dict[str, Any]]:
-        self.record(StepResult(name, leg, "(runner)", "runner", "failed", note=why))
-        self.legs.append(LegResult(name, leg, runs_on, "failure", marks, round(time.monotonic() - started, 1)))
+        self.record(StepResult(name, leg, "(runner)", "runner", "failed", note=why, log=why))
+        self.legs.append(self._leg_result(name, leg, runs_on, "failure", marks, round(time.monotonic() - started, 1)))
         return "failure", {}
 
+    def _leg_result(self, *args: Any) -> LegResult:
+        return LegResult(*args, attempt=self.attempt)
+
     def record(self, result: StepResult) -> None:
+        result.attempt = self.attempt
         self.results.append(result)
         where = f"{result.job} [{result.leg}]" if result.leg else result.job
         extra = f" (exit {result.exit_code})" if result.status == "failed" else ""
@@ -682,7 +797,8 @@ class Rehearsal:
         jobs: dict[str, Any] = self.workflow.get("jobs") or {}
         order = _order(jobs)
         wanted = set(self.args.jobs.split(",")) if self.args.jobs else set(order)
-        unknown = wanted - set(order)
+        self.rerun = [j for j in self.args.rerun.split(",") if j]
+        unknown = (wanted | set(self.rerun)) - set(order)
         if unknown:
             raise SetupError(f"no such job(s) in {self.workflow_path.name}: {', '.join(sorted(unknown))}")
         self.log(
@@ -707,6 +823,11 @@ class Rehearsal:
             for name in order:
                 if name in wanted:
                     self.run_job(name, jobs[name], keys)
+            for name in self.rerun:  # GitHub's "Re-run jobs": the same run, its artifacts kept, attempt 2
+                self.attempt = 2
+                self.github["run_attempt"] = "2"
+                self.log(f"re-run of {name} (attempt 2)")
+                self.run_job(name, jobs[name], keys)
         finally:
             if not self.args.keep:
                 self.stop()
@@ -716,6 +837,8 @@ class Rehearsal:
         report = {
             "workflow": str(self.workflow_path),
             "event": self.args.event,
+            "ref": self.github["ref"],
+            "cache": self.cache,
             "targets": self.args.target,
             "staging": self.staging,
             "public": self.public,
@@ -739,7 +862,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workflow", default=str(REPO / ".github" / "workflows" / "images.yml"))
     p.add_argument("--target", action="append", default=[], help="rehearse these targets' legs (default local-cpu)")
     p.add_argument("--all-targets", action="store_true", help="every target's legs (GPU images need their bases)")
-    p.add_argument("--event", choices=["push", "pull_request"], default="push")
+    p.add_argument("--event", choices=["push", "pull_request", "workflow_dispatch"], default="push")
+    p.add_argument("--ref", default="", help="github.ref (default refs/heads/main; a pull request's refs/pull/1/merge)")
+    p.add_argument("--before", default="", help="github.event.before / the pull request's base sha (default: none)")
+    p.add_argument("--rerun", default="", help="comma-separated jobs to run again after the run (attempt 2)")
     p.add_argument("--jobs", default="", help="comma-separated jobs to rehearse (default: all)")
     p.add_argument("--registry", default=os.environ.get("IMAGEBUILD_TEST_REGISTRY", "127.0.0.1:5000"))
     p.add_argument("--base-image", default=os.environ.get("IMAGEBUILD_BASE_IMAGE", "local/debian:bookworm"))

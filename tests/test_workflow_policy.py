@@ -11,6 +11,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -34,23 +35,40 @@ def jobs() -> dict[str, dict[str, Any]]:
     return load()["jobs"]
 
 
-def github(event: str, fork: bool = False) -> dict[str, Any]:
+def github(event: str, fork: bool = False, ref: str = "refs/heads/main") -> dict[str, Any]:
     repo = "owner/imagebuild"
     ctx: dict[str, Any] = {"event_name": event, "repository": repo}
     if event == "pull_request":
         head = "someone/imagebuild" if fork else repo
         ctx |= {
             "ref": "refs/pull/7/merge",
+            "ref_name": "7/merge",
             "event": {"pull_request": {"number": 7, "head": {"repo": {"full_name": head}}}},
         }
     else:
-        ctx |= {"ref": "refs/heads/main", "event": {}}
+        ctx |= {"ref": ref, "ref_name": ref.removeprefix("refs/heads/"), "event": {}}
     return ctx
 
 
+# Every way a run can start, and whether it is main's own (trusted): the ref decides, never the event name.
+RUNS = {
+    "push to main": (github("push"), True),
+    "dispatch on main": (github("workflow_dispatch"), True),
+    "dispatch on a branch": (github("workflow_dispatch", ref="refs/heads/feature"), False),
+    "pull request": (github("pull_request"), False),
+}
+
+
 def runs_for(job: dict[str, Any], ctx: dict[str, Any]) -> bool:
-    needs = {n: {"result": "success", "outputs": {}} for n in jobs()}
+    needs = {n: {"result": "success", "outputs": {"images": "true"}} for n in jobs()}
     return condition(job.get("if"), Evaluator({"github": ctx, "needs": needs, "vars": {}, "inputs": {}}))
+
+
+def evaluated(value: Any, ctx: dict[str, Any]) -> Any:
+    """A field of the workflow (an env value, an environment name) as GitHub evaluates it for these contexts."""
+    from ci_expr import expand
+
+    return expand(value, Evaluator({"github": ctx, "needs": {}, "vars": {}, "inputs": {}, "secrets": {}, "matrix": {}}))
 
 
 def pr_jobs() -> dict[str, dict[str, Any]]:
@@ -91,7 +109,7 @@ def test_workflow_validates_against_the_github_schema() -> None:
 
 def test_pull_requests_reach_no_release_credential_identity_or_signing_runner() -> None:
     prs, signers = pr_jobs(), signing_jobs()
-    assert set(prs) == {"matrix", "build", "smoke"} and set(signers) == {"publish"}
+    assert set(prs) == {"matrix", "build", "smoke", "conclusion"} and set(signers) == {"publish"}
     assert not runs_for(jobs()["build"], github("pull_request", fork=True)), "a fork's code on a self-hosted runner"
     signer_labels = {label for j in signers.values() for label in j["runs-on"]} - GENERIC_LABELS
     assert signer_labels == {"release"}
@@ -103,7 +121,8 @@ def test_pull_requests_reach_no_release_credential_identity_or_signing_runner() 
         blob = json.dumps(job)
         assert "secrets.RELEASE_" not in blob, f"{name} can read release credentials"
         assert (job.get("permissions") or {}).get("id-token") != "write", f"{name} can mint an OIDC token"
-        assert "environment" not in job
+        for ctx in (github("pull_request"), github("pull_request", fork=True)):  # never a protected environment
+            assert evaluated(job.get("environment", ""), ctx) not in {"release", "builder-main"}, name
         if isinstance(job["runs-on"], list):
             assert not set(job["runs-on"]) & signer_labels
     for name, job in jobs().items():
@@ -120,21 +139,23 @@ def test_the_computed_runner_pools_keep_pull_requests_off_main_builders(tmp_path
     shim.parent.mkdir()
     shim.write_text(f'#!/bin/sh\ncd {REPO} && exec {shutil.which("imagebuild") or "imagebuild"} "$@"\n')
     shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
-    script = step("matrix", "Compute the build and smoke matrices")["run"]
-    pools = {}
-    for event in ("pull_request", "push"):
-        out = tmp_path / f"out-{event}"
-        env = {"PATH": f"{shim.parent}:{os.environ['PATH']}", "EVENT": event, "GITHUB_OUTPUT": str(out)}
-        proc = run_step(script, tmp_path, env)
+    compute = step("matrix", "Compute the build and smoke matrices")
+    for run, (ctx, trusted) in RUNS.items():
+        out = tmp_path / f"out-{run.replace(' ', '-')}"
+        env = {k: str(evaluated(v, ctx)).lower() for k, v in compute["env"].items()}
+        env |= {"PATH": f"{shim.parent}:{os.environ['PATH']}", "GITHUB_OUTPUT": str(out)}
+        proc = run_step(compute["run"], tmp_path, env)
         assert proc.returncode == 0, proc.stderr
         outputs = dict(line.split("=", 1) for line in out.read_text().splitlines())
         legs = json.loads(outputs["builds"]) + json.loads(outputs["smoke"])
-        pools[event] = {label for leg in legs for label in leg["runs_on"]}
+        pool = {label for leg in legs for label in leg["runs_on"]}
         names = [leg["artifact"] for leg in legs]
         assert len(names) == len(set(names))
-    assert "builder-pr" in pools["pull_request"] and "builder" not in pools["pull_request"]
-    assert "builder" in pools["push"] and "builder-pr" not in pools["push"]
-    assert not pools["pull_request"] & {"release"} and not pools["push"] & {"release"}
+        if trusted:
+            assert "builder" in pool and "builder-pr" not in pool, run
+        else:  # a pull request, and a dispatch from any other branch: unreviewed code, the ephemeral pool
+            assert "builder-pr" in pool and "builder" not in pool, run
+        assert "release" not in pool
 
 
 def test_every_action_is_pinned_by_commit_sha_and_checkout_keeps_no_token() -> None:
@@ -156,14 +177,12 @@ def test_every_job_has_a_timeout_minimal_permissions_and_legs_that_do_not_cancel
     for name, job in jobs().items():
         assert isinstance(job.get("timeout-minutes"), int) and 0 < job["timeout-minutes"] <= 360, name
         permissions = job.get("permissions")
-        assert isinstance(permissions, dict) and permissions.get("contents") == "read", name
+        assert isinstance(permissions, dict), name
+        assert permissions.get("contents") == "read" or (name == "conclusion" and permissions == {}), name
         writes = {k for k, v in permissions.items() if v == "write"}
         assert writes <= ({"id-token"} if name == "publish" else set()), f"{name} writes {writes}"
         if "strategy" in job:
             assert job["strategy"].get("fail-fast") is False, name
-    on = workflow[True]  # PyYAML reads the key `on` as True
-    assert on["pull_request"]["paths"] == on["push"]["paths"] and "README.md" not in on["push"]["paths"]
-    assert "dockerfiles/**" in on["push"]["paths"] and ".github/workflows/images.yml" in on["push"]["paths"]
 
 
 def test_scripts_never_run_as_root_or_install_into_the_system_python() -> None:
@@ -194,13 +213,6 @@ def test_logins_end_and_pulled_images_leave_in_always_steps() -> None:
     cleanup = jobs()["smoke"]["steps"][-1]
     assert cleanup["if"] == "always()" and 'docker image rm "$PULLED"' in cleanup["run"]
     assert any("PULLED=" in s.get("run", "") for s in jobs()["smoke"]["steps"])
-
-
-def test_build_cache_of_a_pull_request_is_its_own() -> None:
-    script = step("build", "Build")["run"]
-    assert 'scope="pr${PR_NUMBER}"' in script and "cache-${scope}-" in script
-    # the only cache a build writes is its own scope's
-    assert re.findall(r'--cache-to "type=registry,ref=\$\{(\w+)\}', script) == ["own"]
 
 
 def _gate_case(
@@ -275,16 +287,18 @@ def test_the_release_gate_refuses_a_missing_leg_or_platform(tmp_path: Path) -> N
 
 def test_a_smoke_leg_fails_when_its_runner_reports_another_arch(tmp_path: Path) -> None:
     script = step("smoke", "This runner reported the planned arch")["run"]
-    (tmp_path / "build/ci/smoke").mkdir(parents=True)
-    (tmp_path / "build/ci/staged").mkdir(parents=True)
-    (tmp_path / "build/ci/staged/staged.json").write_text(json.dumps({"image_id": "sha256:a"}))
+    leg = {"ARCH": "gfx942", "GPU": "rocm", "STAGED": "staged-t-linux-amd64", "ARTIFACT": "smoke-t-linux-amd64-gfx942"}
+    (tmp_path / "build/ci/out" / leg["ARTIFACT"]).mkdir(parents=True)
+    (tmp_path / "build/ci/in" / leg["STAGED"]).mkdir(parents=True)
+    (tmp_path / "build/ci/in" / leg["STAGED"] / "staged.json").write_text(json.dumps({"image_id": "sha256:a"}))
     runtime = [{"name": "runtime", "status": "passed", "numbers": {}}]
     report = {"arch": "gfx90a", "gpu": "rocm", "image_id": "sha256:a", "checks": runtime}
-    (tmp_path / "build/ci/smoke/report.json").write_text(json.dumps(report))
-    proc = run_step(script, tmp_path, {"ARCH": "gfx942", "GPU": "rocm"})
+    path = tmp_path / "build/ci/out" / leg["ARTIFACT"] / "report.json"
+    path.write_text(json.dumps(report))
+    proc = run_step(script, tmp_path, leg)
     assert proc.returncode != 0 and "reported gfx90a" in proc.stderr
-    (tmp_path / "build/ci/smoke/report.json").write_text(json.dumps(report | {"arch": "gfx942:sramecc+:xnack-"}))
-    proc = run_step(script, tmp_path, {"ARCH": "gfx942", "GPU": "rocm"})
+    path.write_text(json.dumps(report | {"arch": "gfx942:sramecc+:xnack-"}))
+    proc = run_step(script, tmp_path, leg)
     assert proc.returncode == 0, proc.stderr
 
 
@@ -375,3 +389,343 @@ def test_the_page_is_made_after_the_release_and_uploaded_as_an_artifact() -> Non
     assert upload["with"]["path"] == "site/" and upload["with"]["if-no-files-found"] == "error"
     assert upload["with"]["name"] == "compat-page-${{ matrix.target }}"  # one artifact per release leg
     assert all(s.get("uses", "").split("@")[0] != "actions/deploy-pages" for s in steps)  # docs/ci.md: why not yet
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Issue 29: each defect the issue found, as a check over a workflow. Each test runs its check on the committed
+# workflow (which must pass) and on the committed text with that one defect put back (which must fail), so the
+# check is known to see it. The rehearsal's stand-ins for the actions are tests/test_workflow.py's.
+
+OLD_SETUP_PYTHON = """      - uses: actions/setup-python@5fda3b95a4ea91299a34e894583c3862153e4b97   # v7.0.0
+        with:
+          python-version: "3.11"
+"""
+
+
+def mutated(old: str, new: str, count: int = 1) -> dict[str, Any]:
+    """The committed workflow with one defect put back: the first `count` occurrences of `old` replaced."""
+    text = WORKFLOW.read_text()
+    assert text.count(old) >= count, f"the workflow no longer holds {old[:60]!r}"
+    return yaml.safe_load(text.replace(old, new, count))
+
+
+def setup_python_off_hosted(workflow: dict[str, Any]) -> list[str]:
+    """Jobs that run actions/setup-python on a self-hosted runner (it has no Python builds for Debian 12: docs/ci.md,
+    scripts/ci_rehearse.py ACTIONS)."""
+    from ci_rehearse import hosted
+
+    return [
+        name
+        for name, job in workflow["jobs"].items()
+        if any(str(s.get("uses", "")).startswith("actions/setup-python@") for s in job["steps"])
+        and not hosted(job["runs-on"])
+    ]
+
+
+def test_setup_python_runs_only_on_github_hosted_runners() -> None:
+    assert setup_python_off_hosted(load()) == []
+    checkout = "          persist-credentials: false\n"
+    back = mutated(
+        "      - name: On GitHub, a release is signed keyless",
+        OLD_SETUP_PYTHON + "      - name: On GitHub, a release is signed keyless",
+    )
+    assert setup_python_off_hosted(back) == ["publish"]
+    assert checkout in WORKFLOW.read_text()
+    # the jobs that make a venv without it check the runner's python3 first, with the provisioning to blame
+    for name in ("build", "smoke", "publish"):
+        install = step(name, "Install imagebuild")["run"]
+        assert "sys.version_info >= (3, 11)" in install and "python3 -m venv" in install
+
+
+def trusted_cache_writers(workflow: dict[str, Any], tmp_path: Path) -> dict[str, str]:
+    """Run the build job's own Build step, as each kind of run evaluates its env, with `imagebuild` a recorder and
+    the real docker deciding whether a registry cache is written: {run: the ref its --cache-to names}."""
+    build = workflow["jobs"]["build"]
+    script = [s for s in build["steps"] if str(s.get("name", "")).startswith("Build")][0]["run"]
+    calls = tmp_path / "calls"
+    shim = tmp_path / "bin" / "imagebuild"
+    shim.parent.mkdir(exist_ok=True)
+    shim.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+    shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
+    writes: dict[str, str] = {}
+    for run, (ctx, _) in RUNS.items():
+        env = {k: str(evaluated(v, ctx)).lower() if isinstance(evaluated(v, ctx), bool) else str(evaluated(v, ctx))
+               for k, v in build["env"].items() if "secrets." not in str(v) and "matrix." not in str(v)}  # fmt: skip
+        env |= {"TARGET": "t", "SLUG": "linux-amd64", "PLATFORM": "linux/amd64", "ARTIFACT": "staged-t-linux-amd64"}
+        env |= {"STAGING": "r.example/staging", "CACHE": "r.example/cache", "GITHUB_REF_NAME": ctx["ref_name"]}
+        env |= {"PATH": f"{shim.parent}:{os.environ['PATH']}"}
+        calls.unlink(missing_ok=True)
+        proc = run_step(script, tmp_path, env)
+        assert proc.returncode == 0, proc.stderr
+        args = calls.read_text().split()
+        cache_to = [args[i + 1] for i, a in enumerate(args) if a == "--cache-to"]
+        writes[run] = cache_to[0].split("ref=")[1].split(",")[0] if cache_to else ""
+    return writes
+
+
+def test_only_main_writes_the_cache_release_builds_read_whatever_the_event(tmp_path: Path) -> None:
+    if subprocess.run(["docker", "buildx", "version"], capture_output=True).returncode != 0:
+        pytest.skip("no docker buildx here (scripts/setup.sh)")
+    writes = trusted_cache_writers(load(), tmp_path)
+    if not any(writes.values()):
+        pytest.skip("this engine's builder cannot export a registry cache: nothing is written anywhere")
+    main = "r.example/cache:main-t-linux-amd64"
+    assert writes["push to main"] == main and writes["dispatch on main"] == main
+    assert writes["dispatch on a branch"] == "r.example/staging:cache-ref-feature-t-linux-amd64"
+    assert writes["pull request"] == "r.example/staging:cache-pr7-t-linux-amd64"
+    # the credential follows the same rule: only builder-main (deployment branch main) can hold main's cache token
+    build = jobs()["build"]
+    envs = {run: evaluated(build["environment"], ctx) for run, (ctx, _) in RUNS.items()}
+    assert envs == {
+        "push to main": "builder-main",
+        "dispatch on main": "builder-main",
+        "dispatch on a branch": "builder-untrusted",
+        "pull request": "builder-untrusted",
+    }
+    assert "secrets.MAIN_BUILD_REGISTRY_TOKEN" in build["env"]["STAGING_TOKEN"]
+    for name, job in jobs().items():
+        if name != "build":
+            assert "MAIN_BUILD_REGISTRY" not in json.dumps(job), name
+    # the defect put back: trust from the event name (a dispatch from any branch counted as main's)
+    back = mutated(
+        "TRUSTED: ${{ (github.event_name == 'push' || github.event_name == 'workflow_dispatch') && github.ref == "
+        "'refs/heads/main' }}",
+        "TRUSTED: ${{ github.event_name != 'pull_request' }}",
+        count=2,  # the matrix job's pool and the build job's cache scope
+    )
+    assert trusted_cache_writers(back, tmp_path)["dispatch on a branch"] == main
+
+
+def gate_after_download(workflow: dict[str, Any], tmp_path: Path, platforms: list[str]) -> subprocess.CompletedProcess:
+    """Build and smoke legs of one CPU target upload as the workflow's upload steps say, the publish job downloads
+    as its download steps say (scripts/ci_rehearse.py download_plan: download-artifact v8.0.1's layout), then the
+    workflow's own gate reads them."""
+    from ci_rehearse import download_plan
+
+    jobs_ = workflow["jobs"]
+    builds = [{"target": "t", "platform": p, "slug": p.replace("/", "-"), "artifact": f"staged-t-{p.replace('/', '-')}"}
+              for p in platforms]  # fmt: skip
+    smoke = [{"target": "t", "arch": "cpu", "gpu": "none", "platform": b["platform"], "staged": b["artifact"],
+              "artifact": f"smoke-t-{b['slug']}-cpu"} for b in builds]  # fmt: skip
+    store = tmp_path / "store"
+    for job, legs, file, body in [
+        ("build", builds, "staged.json", lambda leg: {"image_id": f"sha256:{leg['slug']}", "digest_ref": "r@x"}),
+        ("smoke", smoke, "report.json", lambda leg: {"passed": True, "arch": "cpu", "gpu": "none",
+                                                     "image_id": f"sha256:{leg['platform'].replace('/', '-')}"}),
+    ]:  # fmt: skip
+        upload = [s for s in jobs_[job]["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact@")][0]
+        for leg in legs:
+            # the job writes into build/ci/out/<artifact>/ and uploads `path`: the artifact is what lies under it
+            work = tmp_path / "work" / leg["artifact"]
+            (work / "build/ci/out" / leg["artifact"]).mkdir(parents=True)
+            (work / "build/ci/out" / leg["artifact"] / file).write_text(json.dumps(body(leg)))
+            path = upload["with"]["path"].replace("${{ matrix.artifact }}", leg["artifact"])
+            shutil.copytree(work / path, store / leg["artifact"])
+    publish = tmp_path / "publish"
+    for s in jobs_["publish"]["steps"]:
+        if str(s.get("uses", "")).startswith("actions/download-artifact@"):
+            w = s["with"]
+            plan = download_plan(sorted(p.name for p in store.iterdir()), w.get("name", ""), w.get("pattern", ""),
+                                 str(w.get("merge-multiple", "false")).lower() == "true")  # fmt: skip
+            assert isinstance(plan, list)
+            for name, sub in plan:
+                shutil.copytree(store / name, publish / w["path"] / sub, dirs_exist_ok=True)
+    gate = [s for s in jobs_["publish"]["steps"] if str(s.get("name", "")).startswith("Gate")][0]["run"]
+    return run_step(gate, publish, {"TARGET": "t", "BUILDS": json.dumps(builds), "SMOKE": json.dumps(smoke)})
+
+
+@pytest.mark.parametrize("platforms", [["linux/amd64"], ["linux/amd64", "linux/arm64"]], ids=["1-leg", "2-legs"])
+def test_the_gate_reads_one_downloaded_leg_as_it_reads_several(tmp_path: Path, platforms: list[str]) -> None:
+    proc = gate_after_download(load(), tmp_path, platforms)
+    assert proc.returncode == 0, proc.stderr
+    # the defect put back: pattern downloads without merge-multiple, each artifact's files at its root
+    back = mutated("          merge-multiple: true\n", "", count=2)
+    for s in back["jobs"]["build"]["steps"] + back["jobs"]["smoke"]["steps"]:
+        if str(s.get("uses", "")).startswith("actions/upload-artifact@"):
+            s["with"]["path"] = "build/ci/out/${{ matrix.artifact }}/"
+    old = gate_after_download(back, tmp_path / "old", platforms)
+    if len(platforms) == 1:  # one match unpacks into `path` itself: the gate finds no build/ci/artifacts/<name>/
+        assert old.returncode != 0 and "not staged" in old.stderr, old.stderr
+    else:  # several: each into path/<name>/, which is why the defect hid until a target had one platform
+        assert old.returncode == 0, old.stderr
+
+
+def upload_steps(workflow: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [(n, s) for n, j in workflow["jobs"].items() for s in j["steps"]
+            if str(s.get("uses", "")).startswith("actions/upload-artifact@")]  # fmt: skip
+
+
+def test_every_upload_a_rerun_may_write_again_overwrites() -> None:
+    uploads = upload_steps(load())
+    assert len(uploads) == 4
+    assert all(s["with"].get("overwrite") is True for _, s in uploads), [n for n, s in uploads]
+    back = mutated("          overwrite: true   # a re-run of this leg writes it again\n", "", count=1)
+    assert [n for n, s in upload_steps(back) if s["with"].get("overwrite") is not True] == ["build"]
+
+
+def buildx_builders_seen(docker_config_step: str, tmp_path: Path) -> str:
+    """`docker buildx ls` after the job's docker-config step, for a runner whose admin made a builder (a real buildx
+    instance record: the remote driver stores it without connecting)."""
+    home = tmp_path / "home"
+    home.mkdir(parents=True)
+    base = {"PATH": os.environ["PATH"], "HOME": str(home), "DOCKER_HOST": os.environ.get("DOCKER_HOST", "")}
+    made = subprocess.run(["docker", "buildx", "create", "--name", "h7-runner-builder", "--driver", "remote",
+                           "tcp://127.0.0.1:9"], env=base, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env_file = tmp_path / "github_env"
+    env_file.write_text("")
+    proc = run_step(docker_config_step, tmp_path, base | {"RUNNER_TEMP": str(temp), "GITHUB_ENV": str(env_file)})
+    assert proc.returncode == 0, proc.stderr
+    job_env = dict(line.split("=", 1) for line in env_file.read_text().splitlines())
+    seen = subprocess.run(["docker", "buildx", "ls"], env=base | job_env, capture_output=True, text=True, timeout=60)
+    return seen.stdout
+
+
+OLD_DOCKER_CONFIG = """mkdir -p "$RUNNER_TEMP/docker-config"
+if [ -d "$HOME/.docker/cli-plugins" ]; then
+  ln -s "$HOME/.docker/cli-plugins" "$RUNNER_TEMP/docker-config/cli-plugins"
+fi
+echo "DOCKER_CONFIG=$RUNNER_TEMP/docker-config" >> "$GITHUB_ENV"
+"""
+
+
+def test_a_jobs_own_docker_config_keeps_the_runners_buildx_builders(tmp_path: Path) -> None:
+    if subprocess.run(["docker", "buildx", "version"], capture_output=True).returncode != 0:
+        pytest.skip("no docker buildx here (scripts/setup.sh)")
+    for name in ("build", "smoke", "publish"):
+        script = step(name, "A docker config of this job's own")["run"]
+        assert "h7-runner-builder" in buildx_builders_seen(script, tmp_path / name), name
+    assert "h7-runner-builder" not in buildx_builders_seen(OLD_DOCKER_CONFIG, tmp_path / "old")
+
+
+OLD_SMOKE_CLEANUP = """if [ -n "${PULLED:-}" ]; then docker image rm "$PULLED" >/dev/null 2>&1 || true; fi
+"""
+
+
+def container_left(cleanup: str, tmp_path: Path) -> bool:
+    """A smoke killed mid-run (cancelled) leaves its container running; the job's always() cleanup runs then."""
+    image = f"h7-smoke-cleanup:{uuid.uuid4().hex[:8]}"
+    assert subprocess.run(["docker", "tag", "local/debian:bookworm", image], capture_output=True).returncode == 0
+    run = subprocess.run(["docker", "run", "-d", "--network", "none", image, "sleep", "300"],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    container = run.stdout.strip()
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    try:
+        proc = run_step(cleanup, tmp_path, {"PULLED": image})
+        assert proc.returncode == 0, proc.stderr
+        inspect = subprocess.run(["docker", "inspect", container], capture_output=True, timeout=30)
+        return inspect.returncode == 0
+    finally:
+        subprocess.run(["docker", "rm", "-f", "-v", container], capture_output=True, timeout=60)
+        subprocess.run(["docker", "image", "rm", image], capture_output=True, timeout=60)
+
+
+@pytest.mark.docker
+def test_a_cancelled_smoke_leaves_no_container_holding_the_gpu(tmp_path: Path) -> None:
+    if subprocess.run(["docker", "image", "inspect", "local/debian:bookworm"], capture_output=True).returncode != 0:
+        pytest.skip("no engine or no local/debian:bookworm (scripts/setup.sh)")
+    cleanup = jobs()["smoke"]["steps"][-1]
+    assert cleanup["if"] == "always()"  # runs when the job is cancelled or timed out (GitHub: always())
+    names = [s.get("name", "") for s in jobs()["smoke"]["steps"]]
+    pulled = names.index("The staged digest this leg smokes (named for the cleanup step before anything is pulled)")
+    assert pulled < names.index(next(n for n in names if n.startswith("Pull the staged digest")))
+    assert not container_left(cleanup["run"], tmp_path / "new")
+    assert container_left(OLD_SMOKE_CLEANUP, tmp_path / "old")
+
+
+def unpinned_installs(workflow: dict[str, Any]) -> list[str]:
+    """pip installs that resolve anything from an index without hashes: only the lock with --require-hashes, or
+    the checkout itself with --no-deps --no-index, may be installed."""
+    bad = []
+    for name, job in workflow["jobs"].items():
+        for s in job["steps"]:
+            for line in str(s.get("run", "")).splitlines():
+                if not re.search(r"\bpip3?\s+install\b", line):
+                    continue
+                locked = "--require-hashes" in line and "-r .github/ci-requirements.txt" in line
+                own = "--no-deps" in line and "--no-index" in line and line.rstrip().endswith("-e .")
+                if not (locked or own):
+                    bad.append(f"{name}: {line.strip()}")
+    return bad
+
+
+def test_every_install_is_pinned_by_hash_the_signing_job_first() -> None:
+    assert unpinned_installs(load()) == []
+    assert any("--require-hashes" in s.get("run", "") for s in jobs()["publish"]["steps"])
+    back = mutated(
+        '"$RUNNER_TEMP/venv/bin/python" -m pip install -q --no-compile --no-deps --no-build-isolation --no-index -e .',
+        '"$RUNNER_TEMP/venv/bin/python" -m pip install -q --no-compile -e .',
+        count=4,
+    )
+    assert len(unpinned_installs(back)) == 4
+    # the lock pins every dependency of pyproject, each with its hashes, and the build backend
+    lock = (REPO / ".github" / "ci-requirements.txt").read_text()
+    pinned = {m.group(1).lower() for m in re.finditer(r"^([A-Za-z0-9_.-]+)==\S+", lock, re.M)}
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    wanted = {re.split(r"[<>=\[;! ]", d, maxsplit=1)[0].lower() for d in project["project"]["dependencies"]}
+    wanted |= {re.split(r"[<>=\[;! ]", d, maxsplit=1)[0].lower() for d in project["build-system"]["requires"]}
+    assert wanted <= pinned, wanted - pinned
+    for block in re.split(r"\n(?=[A-Za-z0-9_.-]+==)", lock.split("\n", 3)[3]):
+        assert "--hash=sha256:" in block, block[:80]
+
+
+def images_decision(workflow: dict[str, Any], tmp_path: Path, changed: str, event: str = "pull_request") -> str:
+    """The matrix job's own changed-files step in a git repository whose last commit changed `changed`."""
+    repo = tmp_path / changed.replace("/", "_")
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "README.md").write_text("a\n")
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+    base = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    (repo / changed).parent.mkdir(parents=True, exist_ok=True)
+    (repo / changed).write_text("b\n")
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "change"], check=True)
+    changes = [s for s in workflow["jobs"]["matrix"]["steps"] if s.get("id") == "changes"]
+    if not changes:
+        return "no decision"
+    out = tmp_path / f"out-{changed.replace('/', '_')}-{event}"
+    env = {
+        "EVENT": event,
+        "BASE_SHA": base if event == "pull_request" else "",
+        "BEFORE": base if event == "push" else "",
+    }
+    proc = run_step(changes[0]["run"], repo, env | {"GITHUB_OUTPUT": str(out)})
+    assert proc.returncode == 0, proc.stderr
+    return dict(line.split("=", 1) for line in out.read_text().splitlines())["images"]
+
+
+def path_filtered(workflow: dict[str, Any]) -> list[str]:
+    on = workflow[True]  # PyYAML reads the key `on` as True
+    return [e for e, spec in on.items() if isinstance(spec, dict) and ({"paths", "paths-ignore"} & set(spec))]
+
+
+def test_no_path_filters_the_matrix_job_decides_and_one_check_always_reports(tmp_path: Path) -> None:
+    workflow = load()
+    assert path_filtered(workflow) == []
+    assert images_decision(workflow, tmp_path, "README.md") == "false"
+    assert images_decision(workflow, tmp_path, "dockerfiles/x.Dockerfile") == "true"
+    assert images_decision(workflow, tmp_path, "matrix.yaml", event="push") == "true"
+    assert images_decision(workflow, tmp_path, "docs/ci.md", event="workflow_dispatch") == "true"  # asked for
+    for name in ("build", "smoke", "publish"):
+        assert "needs.matrix.outputs.images == 'true'" in jobs()[name]["if"], name
+    conclusion = jobs()["conclusion"]
+    assert conclusion["if"] == "always()" and set(conclusion["needs"]) == set(jobs()) - {"conclusion"}
+    script = conclusion["steps"][0]["run"]
+    ok = run_step(script, tmp_path, {"RESULTS": "matrix=success build=skipped smoke=skipped publish=skipped"})
+    bad = run_step(script, tmp_path, {"RESULTS": "matrix=success build=failure smoke=skipped publish=skipped"})
+    assert ok.returncode == 0 and bad.returncode == 1 and "build ended failure" in bad.stdout
+    # the defect put back: path filters on the triggers (a filtered-out pull request reports no check at all)
+    back = yaml.safe_load(
+        WORKFLOW.read_text().replace(
+            "  pull_request:\n  push:\n", "  pull_request:\n    paths: [matrix.yaml]\n  push:\n"
+        )
+    )
+    assert path_filtered(back) == ["pull_request"]
