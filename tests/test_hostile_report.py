@@ -450,3 +450,18 @@ def test_injected_handlers_do_not_run_in_chromium(browser, tmp_path: Path) -> No
         assert found == {"pwned": False, "handlers": 0, "scripts": 2, "plots": 2}, (payload, found)
         assert "1 of 6 rows run there" in type_query(driver, "gfx942"), payload  # the page's own script works
         assert driver.find_element(By.ID, "lookup-result").text
+
+
+@pytest.mark.parametrize("requested", [[PAYLOADS[0]], ["gfx942:xnack+:xnack-"], ["x" * 100_000]])
+def test_coverage_arches_that_are_no_target_ids_are_not_rows(tmp_path: Path, requested: list[str]) -> None:
+    rocm_evidence(tmp_path)
+    path = tmp_path / "build/coverage/rocm6.1-torch2.3.json"
+    doc = json.loads(path.read_text())
+    doc["requested"] = requested
+    _write(path, doc)
+    page = page_for(tmp_path)
+    assert [r.arch for r in page.rows if r.target == "rocm6.1-torch2.3"] == ["gfx90a", "gfx942"]  # the matrix's
+    assert all(r.coverage.status == NOT_RUN for r in page.rows if r.target == "rocm6.1-torch2.3")
+    (line,) = [w for w in page.warnings if "requested arches" in w]
+    assert line.startswith("build/coverage/rocm6.1-torch2.3.json: requested arches are not GPU target IDs (")
+    assert line.endswith(": not used") and len(line) < 300

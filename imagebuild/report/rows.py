@@ -14,7 +14,7 @@ from imagebuild.errors import ConfigError
 from imagebuild.matrix import Matrix, Target
 from imagebuild.matrix.oci import for_oci
 from imagebuild.plan.image_key import ImageKey
-from imagebuild.report.evidence import Evidence, mtime_utc
+from imagebuild.report.evidence import Evidence, mtime_utc, said
 from imagebuild.report.model import NOT_RUN, CoverageFacts, LibraryCell, ReleaseFacts, Row, SmokeFacts
 from imagecontract.models import ArchCoverage, SmokeReport
 from imagecontract.targets import TargetError, loads_on, parse_list
@@ -24,10 +24,21 @@ Inspect = Callable[[str], dict[str, Any] | None]
 
 
 def _ids(arches: list[str]) -> list[str]:
+    """The target IDs of a list the matrix checked (its default arches): parsed, else as written."""
     try:
         return [t.id for t in parse_list(arches)]
     except TargetError:
         return list(arches)
+
+
+def _coverage_arches(ev: Evidence, cov: ArchCoverage, where: str) -> list[str] | None:
+    """The arches a coverage document says the image was built for, when each is a GPU target ID (LLVM's rule,
+    CUDA's SM); None, with a warning, for a list that is not (the document then is not used)."""
+    try:
+        return [t.id for t in parse_list(cov.requested)]
+    except TargetError as exc:
+        ev.warnings.append(f"{where}: requested arches are not GPU target IDs ({said(exc)}): not used")
+        return None
 
 
 def smoke_facts(report: SmokeReport, when: str | None) -> SmokeFacts:
@@ -148,7 +159,10 @@ def _rows_of(
     oci = key.oci
     cov, why, where = ev.coverage(key, entry)
     kind = plat.platform.kind
-    arches = _ids(cov.requested if cov is not None else list(plat.platform.default_arches))
+    requested = _coverage_arches(ev, cov, where) if cov is not None else None
+    if requested is None:
+        cov = None
+    arches = requested if requested is not None else _ids(list(plat.platform.default_arches))
     image_arches = arches if kind != "cpu" else []
     report, smoke_path = ev.smoke_report(key)
     image_id = entry.get("image_id") if entry and isinstance(entry.get("image_id"), str) else None
