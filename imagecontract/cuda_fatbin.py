@@ -150,9 +150,9 @@ def carried(sections: dict[str, Blob]) -> Carried:
 
 def describe(cubins: list[str], ptx: list[str]) -> str:
     """`sm_80, sm_90a + PTX compute_90` (what a library carries, for one error line), or `no CUDA device code`."""
-    parts = ", ".join(cubins) or "no cubins"
+    parts = ", ".join(sorted(cubins, key=_order)) or "no cubins"
     if ptx:
-        parts += " + PTX " + ", ".join(ptx)
+        parts += " + PTX " + ", ".join(sorted(ptx, key=_order))
     return parts if cubins or ptx else "no CUDA device code"
 
 

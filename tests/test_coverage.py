@@ -299,7 +299,8 @@ def test_a_deliberate_gfx_gap_fails_the_build_with_exit_3(engine: Any, tmp_path:
     add_coverage(engine, [result], REPO / "matrix.yaml", report)
     assert not result.ok and result.image_id == image_id  # no layer added to a failed image
     assert result.failed_step == (
-        f"arch coverage: {SITE}/imagebuild_kernels/_C.so has no gfx942 code (imagebuild-kernels was built for it)"
+        f"arch coverage: {SITE}/imagebuild_kernels/_C.so has no gfx942 code (imagebuild-kernels was built for it; "
+        "it carries gfx908, gfx90a)"
     )
     written = json.loads((tmp_path / "coverage" / "coverage-rocm.json").read_text())
     assert written["libraries"][0]["arches"] == {"gfx908": "present", "gfx90a": "present", "gfx942": "absent"}

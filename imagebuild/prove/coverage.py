@@ -13,21 +13,30 @@ Python distribution that installed it is the component's `distribution`, and to 
 and it is torch's own (`libtorch*`, `libc10*`, `_C`). A requested arch absent from a library is a gap; the build
 fails (exit 3) on a gap in an arch its component was built for (the manifest's arches of that component: an arch
 a component is not built for is already a recorded, allowed choice). Other libraries (the platform's ROCm/CUDA
-libraries, BLAS kernel folders bundled in torch's wheel) are tabulated and their gaps reported, not judged.
+libraries, BLAS kernel folders bundled in torch's wheel) are tabulated and their gaps reported, not judged, unless
+the target names them required (`Required`: a distribution, optionally a file-name pattern, e.g. `nvidia-nccl-cu13`
+or `vllm:_C_stable_libtorch*`): a required library must run on every requested arch (CUDA: a cubin of the arch or
+an older minor of its major, its family's `f` cubin, or PTX the driver compiles; imagecontract.cuda_fatbin), and
+one that cannot fails the build with one line naming it and what it carries. What each covered cell rests on
+(`cubin exact`, `cubin compatible from sm_80`, `family from sm_100f`, `ptx-jit from compute_80`: the weaker kind)
+is in each row's `via`; imagecontract.coverage.arch_table writes the same as library -> arch -> {kind, from}.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import json
 import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from imagecontract.cuda_fatbin import describe
 from imagecontract.models import Manifest, ModelError
 from imagecontract.models.coverage import COVERAGE_SCHEMA_VERSION, ArchCoverage, Gap, LibraryCoverage, ScanInfo
 from imagecontract.targets import loads_on
@@ -67,6 +76,32 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+@dataclass(frozen=True)
+class Required:
+    """Libraries the image cannot serve without on any requested arch: those a distribution installed whose file
+    name matches `pattern` (fnmatch; `*`: all of them)."""
+
+    distribution: str
+    pattern: str = "*"
+
+    @classmethod
+    def parse(cls, text: str) -> Required:
+        """`nvidia-nccl-cu13` or `vllm:_C_stable_libtorch*` (distribution names compare normalized, PEP 503)."""
+        dist, _, pattern = text.partition(":")
+        return cls(_norm(dist.strip()), pattern.strip() or "*")
+
+    def matches(self, lib: dict[str, Any]) -> bool:
+        owner = lib.get("owner") or ""
+        return (
+            owner.startswith("python:")
+            and _norm(owner.removeprefix("python:")) == _norm(self.distribution)
+            and fnmatch.fnmatchcase(Path(lib["path"]).name, self.pattern)
+        )
+
+    def __str__(self) -> str:
+        return self.distribution if self.pattern == "*" else f"{self.distribution}:{self.pattern}"
+
+
 def image_manifest(data: Any) -> Manifest | None:
     """The manifest the scan found in the image, read through the contract's model; one line naming the key
     path when it does not fit (exit 2)."""
@@ -101,18 +136,28 @@ def _rule_for(lib: dict[str, Any], found: list[Rule]) -> Rule | None:
     return None
 
 
-def judge(raw: dict[str, Any], distributions: dict[str, str], target: str | None = None) -> ArchCoverage:
-    """The arch-coverage.json document from the in-image scan's output."""
+def judge(
+    raw: dict[str, Any],
+    distributions: dict[str, str],
+    target: str | None = None,
+    required: Iterable[Required] = (),
+) -> ArchCoverage:
+    """The arch-coverage.json document from the in-image scan's output; `required`: libraries that must run on
+    every requested arch whatever the manifest says (module docstring)."""
     manifest = image_manifest(raw.get("manifest"))
     found = rules(manifest, distributions)
+    must = list(required)
     libraries, gaps = [], []
     for lib in raw["libraries"]:
         rule = _rule_for(lib, found)
+        need = next((r for r in must if r.matches(lib)), None)
         libraries.append(LibraryCoverage.from_dict({**lib, "component": rule.component if rule else None}))
         for arch, state in lib["arches"].items():
             if state != "absent":
                 continue
-            if rule is None:
+            if need is not None:
+                gaps.append(Gap(lib["path"], arch, False, f"required ({need}) on every requested arch", None))
+            elif rule is None:
                 gaps.append(Gap(lib["path"], arch, True, "not governed by the matrix: reported"))
             elif not any(loads_on(built, arch) for built in rule.arches):
                 gaps.append(Gap(lib["path"], arch, True, f"{rule.component} is not built for {arch}", rule.component))
@@ -195,9 +240,18 @@ def add_layer(engine: Engine, image: str, tags: list[str], doc: ArchCoverage) ->
 
 
 def disallowed(doc: ArchCoverage) -> str:
-    """The build's failure line: library and arch of each gap the matrix does not allow (first five)."""
+    """The build's failure line: library, arch, why it must have it and what it carries, for each gap the matrix
+    or the target's required list does not allow (first five)."""
+    rows = {lib.path: lib for lib in doc.libraries}
+
+    def one(g: Gap) -> str:
+        lib = rows.get(g.library)
+        carries = describe(lib.code_objects, lib.ptx) if lib else "unknown"
+        why = f"{g.component} was built for it" if g.component else g.why
+        return f"{g.library} has no {g.arch} code ({why}; it carries {carries})"
+
     bad = [g for g in doc.gaps if not g.allowed]
-    named = "; ".join(f"{g.library} has no {g.arch} code ({g.component} was built for it)" for g in bad[:5])
+    named = "; ".join(one(g) for g in bad[:5])
     return f"arch coverage: {named}" + (f"; and {len(bad) - 5} more" if len(bad) > 5 else "")
 
 
