@@ -493,3 +493,69 @@ def test_a_signal_during_a_signed_promote_leaves_no_signature_tag(
     assert "Traceback" not in rest
     assert _tags(dest) == [], "".join(seen) + rest  # no .sig, no .att, no public tag
     assert _session_processes(proc.pid) == []  # no cosign left writing after it
+
+
+# --- attestations with the real cosign: the statement kept is the registry's; a hostile one is one finding -------
+
+
+@pytest.fixture(scope="module")
+def cosign_keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
+    if shutil.which("cosign") is None:
+        pytest.skip("cosign is not installed (scripts/setup.sh installs it)")
+    from imagebuild.engine.cosign import Signer, generate_key_pair
+
+    root = tmp_path_factory.mktemp("cosign")
+    generate_key_pair(root / "cosign", "h2 password")
+    return Signer(key=root / "cosign.key", password="h2 password"), root / "cosign.pub"
+
+
+def test_the_kept_statement_is_the_one_cosign_verify_attestation_returns(
+    staged: Staged, cosign_keys: tuple[Any, Path], tmp_path: Path
+) -> None:
+    from imagebuild.engine.cosign import Verifier, verified_statements
+    from imagebuild.release import attest, signing
+
+    signer, pub = cosign_keys
+    image = _image(staged.repo.repo, AMD64, f"kept-{uuid.uuid4().hex[:6]}")  # an image of its own: one .att
+    predicate = {"buildDefinition": {"buildType": attest.BUILD_TYPE, "externalParameters": {"target": "h2"}}}
+    path = signing._write(tmp_path, "provenance", attest.PROVENANCE_TYPE, str(staged.repo), image.digest, predicate)
+    signing._attach(staged.repo, image.digest, [("provenance", attest.PROVENANCE_TYPE, path)], signer, print)
+    [payload] = verified_statements(f"{staged.repo}@{image.digest}", attest.PROVENANCE_TYPE, Verifier(key=pub))
+    kept = (tmp_path / "provenance.intoto.json").read_bytes()
+    assert kept == payload  # the same statement, byte for byte: what cosign signed
+    statement = json.loads(kept)
+    assert statement["predicate"] == predicate and statement["predicateType"] == attest.PROVENANCE_TYPE
+    assert statement["subject"][0]["digest"] == {"sha256": image.digest.split(":")[1]}
+
+
+BUILD = "urn:imagebuild:build:v1"
+
+
+@pytest.mark.parametrize(
+    ("predicate", "words"),
+    [
+        ({"buildDefinition": "a string", "runDetails": {}}, "buildDefinition: expected an object"),
+        ({"buildDefinition": {"buildType": BUILD, "externalParameters": ["x"]}}, "externalParameters: expected"),
+        ({"buildDefinition": {"buildType": BUILD, "externalParameters": {}}, "runDetails": 1}, "runDetails: expected"),
+    ],
+)
+def test_verify_of_a_signed_provenance_of_another_shape_is_one_line(
+    staged: Staged, cosign_keys: tuple[Any, Path], tmp_path: Path, predicate: dict[str, Any], words: str
+) -> None:
+    from imagebuild.engine.cosign import attest as cosign_attest
+    from imagebuild.engine.cosign import sign
+    from imagebuild.release import attest
+
+    signer, pub = cosign_keys
+    image = _image(staged.repo.repo, AMD64, f"prov-{uuid.uuid4().hex[:6]}")
+    ref = f"{staged.repo}@{image.digest}"
+    (tmp_path / "p.json").write_text(json.dumps(predicate))
+    sign(ref, signer)
+    cosign_attest(ref, attest.PROVENANCE_TYPE, tmp_path / "p.json", signer)
+    proc = subprocess.run([*CLI, "verify", ref, "--key", str(pub)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    [line] = [x for x in proc.stdout.splitlines() if x.split()[1:2] == ["provenance:"]]
+    assert line.startswith("FAILED") and "not SLSA v1 provenance" in line and words in line, line
+    errors = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+    assert len(errors) == 1, proc.stderr

@@ -161,15 +161,24 @@ def verify_signature(ref: str, verifier: Verifier) -> list[dict[str, Any]]:
     return payloads if isinstance(payloads, list) else [payloads]
 
 
-def verified_statements(ref: str, predicate_type: str, verifier: Verifier) -> list[dict[str, Any]]:
-    """The in-toto statements of this predicate type whose signature verifies; CosignError if none does."""
+def envelope_payload(data: str | bytes) -> bytes:
+    """The payload bytes of a DSSE envelope (how cosign stores and prints an attestation: `payloadType`,
+    base64 `payload`, `signatures`); CosignError when data is not one."""
+    try:
+        envelope = json.loads(data)
+        payload = envelope.get("payload") if isinstance(envelope, dict) else None
+        if not isinstance(payload, str):
+            raise ValueError("no payload")
+        return base64.b64decode(payload, validate=True)
+    except (ValueError, RecursionError):  # JSONDecodeError, binascii.Error
+        raise CosignError("an attestation that is not a DSSE envelope with a base64 payload") from None
+
+
+def verified_statements(ref: str, predicate_type: str, verifier: Verifier) -> list[bytes]:
+    """The payloads (in-toto statements, as signed) of this predicate type whose signature verifies; CosignError
+    if none does, or when what cosign printed is not DSSE envelopes (release/statements.py reads the payloads)."""
     out = _run(["verify-attestation", *verifier.flags(), *_registry_flags(ref), "--type", predicate_type, ref])
-    statements = []
-    for line in out.splitlines():
-        if line.strip().startswith("{"):
-            envelope = json.loads(line)
-            statements.append(json.loads(base64.b64decode(envelope["payload"])))
-    return statements
+    return [envelope_payload(line) for line in out.splitlines() if line.strip().startswith("{")]
 
 
 def generate_key_pair(prefix: Path, password: str) -> None:

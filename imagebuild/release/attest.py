@@ -24,18 +24,6 @@ SBOM_TYPE = "https://cyclonedx.org/bom"
 PROVENANCE_TYPE = "https://slsa.dev/provenance/v1"
 SMOKE_TYPE = "urn:imagebuild:smoke-report:v1"
 BUILD_TYPE = "urn:imagebuild:build:v1"
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-
-
-def statement(name: str, digest: str, predicate_type: str, predicate: Mapping[str, Any]) -> dict[str, Any]:
-    """A full in-toto v1 statement about name@digest (the record kept beside the publish report)."""
-    algo, _, hexdigest = digest.partition(":")
-    return {
-        "_type": STATEMENT_TYPE,
-        "subject": [{"name": name, "digest": {algo: hexdigest}}],
-        "predicateType": predicate_type,
-        "predicate": predicate,
-    }
 
 
 def subject_matches(stmt: Mapping[str, Any], digest: str) -> bool:

@@ -3,7 +3,7 @@
 Called by `imagebuild publish` after the push was verified (the digest is the registry's), and by
 `publish --promote` after the copy: promotion copies the staging repository's attestations (bound to the same
 digest), adds the smoke reports, and signs the digest in the public repository. Every predicate is also kept
-as a full in-toto statement beside the publish report (`attestations/*.intoto.json`).
+as the in-toto statement cosign signed, read back from the registry (`attestations/*.intoto.json`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from imagebuild.engine.cosign import CosignError, Signer, Verifier, read_password, sign
+from imagebuild.engine.cosign import CosignError, Signer, Verifier, envelope_payload, read_password, sign
 from imagebuild.engine.cosign import attest as cosign_attest
 from imagebuild.engine.docker import remove_container
 from imagebuild.engine.registry import Registry, RegistryError, RepoRef
@@ -86,11 +86,50 @@ def read_image_file(client: docker.DockerClient, image_id: str, path: str) -> by
 
 
 def _write(out_dir: Path, name: str, predicate_type: str, ref: str, digest: str, predicate: dict[str, Any]) -> Path:
-    """The predicate cosign signs, and the full statement we keep as the record."""
+    """The predicate cosign signs (its statement is kept once cosign made it: _keep_statement)."""
     path = out_dir / f"{name}.predicate.json"
     write_atomic(path, attest.dump(predicate))
-    write_atomic(out_dir / f"{name}.intoto.json", attest.dump(attest.statement(ref, digest, predicate_type, predicate)))
     return path
+
+
+ENVELOPE = "application/vnd.dsse.envelope.v1+json"  # cosign's attestation layer in a `.att` manifest
+STATEMENT_LIMIT = 64 * 1024 * 1024  # one envelope: an SBOM of thousands of components, base64'd
+
+
+def _keep_statement(repo: RepoRef, digest: str, predicate_type: str, predicate: Path) -> None:
+    """Keep, beside the predicate, the statement cosign signed and attached for it, exactly as the registry holds
+    it (the DSSE payload's bytes): `<name>.intoto.json` is then the statement `cosign verify-attestation` returns,
+    whatever in-toto version cosign writes (2.x: Statement v0.1 for every `attest --predicate`, see
+    release/statements.py), never a second statement of our own making. PublishFailed when no attestation in
+    repo's `.att` of digest carries this predicate for this digest."""
+    from imagebuild.release.statements import statement_bytes
+
+    registry = Registry(repo)
+    wanted = json.loads(predicate.read_bytes())
+    tag = digest.replace(":", "-") + ".att"
+    try:
+        att = registry.digest(repo.repo, tag)
+        body, _ = registry.manifest(repo.repo, att or tag)
+        layers = json.loads(body).get("layers")
+        for layer in reversed(layers if isinstance(layers, list) else []):  # the one cosign just added is last
+            annotations = layer.get("annotations") if isinstance(layer, dict) else None
+            if layer.get("mediaType") != ENVELOPE or not isinstance(annotations, dict):  # type: ignore[union-attr]
+                continue
+            if annotations.get("predicateType") != predicate_type:
+                continue
+            payload = envelope_payload(registry.blob(repo.repo, layer, STATEMENT_LIMIT))  # type: ignore[arg-type]
+            stmt = statement_bytes(payload, f"{repo}:{tag}")
+            if (
+                stmt.predicateType == predicate_type
+                and stmt.predicate == wanted
+                and attest.subject_matches(stmt.to_dict(), digest)
+            ):
+                name = predicate.name.removesuffix(".predicate.json")
+                write_atomic(predicate.with_name(f"{name}.intoto.json"), payload.decode("utf-8"))
+                return
+    except (RegistryError, CosignError, ValueError, AttributeError) as exc:
+        raise PublishFailed(f"reading back the {predicate_type} attestation of {repo}@{digest} failed: {exc}") from exc
+    raise PublishFailed(f"{repo}:{tag} holds no {predicate_type} attestation of {predicate.name} for {digest}")
 
 
 def _smoke(passed: Sequence[Passed]) -> list[tuple[str, dict[str, Any]]]:
@@ -167,6 +206,7 @@ def _attach(
         for name, predicate_type, path in items:
             log(f"attest {name} ({predicate_type})")
             cosign_attest(ref, predicate_type, path, signer)
+            _keep_statement(repo, digest, predicate_type, path)
             done.append(name)
     except CosignError as exc:
         raise PublishFailed(f"signing {ref} failed after {', '.join(done) or 'nothing'}: {exc}") from exc

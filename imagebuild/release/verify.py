@@ -16,12 +16,13 @@ from typing import Any
 from imagebuild.engine.cosign import CosignError, Verifier, verified_statements, verify_signature
 from imagebuild.engine.registry import Registry, RegistryError, RepoRef
 from imagebuild.errors import ConfigError
-from imagebuild.release import attest
+from imagebuild.release import attest, statements
 from imagebuild.release.index import index_children
 from imagebuild.release.ociindex import IndexMismatch
 from imagebuild.release.publish import report_refusal
 from imagebuild.release.sbom import validate
-from imagecontract.models import SmokeReport
+from imagebuild.release.statements import Statement
+from imagecontract.models import ModelError, SmokeReport
 
 
 @dataclass
@@ -72,69 +73,77 @@ def parse_ref(text: str) -> tuple[RepoRef, str]:
         raise ConfigError(str(exc)) from None
 
 
-def _statements(v: Verification, ref: str, what: str, ptype: str, verifier: Verifier) -> list[dict[str, Any]]:
-    """Verified statements of ptype whose subject is this digest; a failed finding when there are none."""
+def _statements(v: Verification, ref: str, what: str, ptype: str, verifier: Verifier) -> list[Statement]:
+    """Verified statements of ptype whose subject is this digest, each read into the strict Statement model; a
+    failed finding when there are none, or when one that cosign verified is not a statement of ptype."""
     try:
-        found = verified_statements(ref, ptype, verifier)
+        payloads = verified_statements(ref, ptype, verifier)
+        found = [statements.statement_bytes(p, f"a verified {ptype} attestation") for p in payloads]
     except CosignError as exc:
         v.add(what, False, f"no verified {ptype} attestation: {exc}")
         return []
-    bound = [s for s in found if attest.subject_matches(s, v.digest or "")]
+    except ValueError as exc:  # signed, but not an in-toto statement: refused, never half read
+        v.add(what, False, str(exc))
+        return []
+    if any(s.predicateType != ptype for s in found):
+        v.add(what, False, f"cosign returned an attestation that is not {ptype}")
+        return []
+    bound = [s for s in found if attest.subject_matches(s.to_dict(), v.digest or "")]
     if not bound:
         v.add(what, False, f"{len(found)} {ptype} attestation(s), none bound to {v.digest}")
     return bound
 
 
-def _check_sbom(v: Verification, statements: list[dict[str, Any]]) -> None:
-    for stmt in statements:
-        text = json.dumps(stmt.get("predicate"))
-        error = validate(text)
+def _check_sbom(v: Verification, found: list[Statement]) -> None:
+    for stmt in found:
+        error = validate(json.dumps(stmt.predicate))  # the CycloneDX 1.6 schema: the SBOM's strict model
         if error:
             v.add("sbom", False, f"the SBOM attestation is not valid CycloneDX 1.6: {error}")
             return
-        components = stmt["predicate"].get("components") or []
+        components = stmt.predicate.get("components") or []
         if not isinstance(components, list) or not components:
             v.add("sbom", False, "the SBOM attestation lists no components")
             return
-        kinds = [str(c.get("bom-ref", "")).split(":", 1)[0] for c in components]
+        kinds = [str(c.get("bom-ref", "")).split(":", 1)[0] for c in components if isinstance(c, dict)]
         counts = ", ".join(f"{kinds.count(k)} {k}" for k in ("deb", "pypi", "built"))
-        v.add(
-            "sbom", True, f"CycloneDX {stmt['predicate'].get('specVersion')}, {len(components)} components ({counts})"
-        )
+        v.add("sbom", True, f"CycloneDX {stmt.predicate.get('specVersion')}, {len(components)} components ({counts})")
         return
 
 
-def _check_provenance(v: Verification, statements: list[dict[str, Any]], labels: dict[str, str]) -> None:
-    for stmt in statements:
-        params = ((stmt.get("predicate") or {}).get("buildDefinition") or {}).get("externalParameters") or {}
-        matrix = params.get("matrix") or {}
-        matrix = matrix if isinstance(matrix, dict) else {}
+def _check_provenance(v: Verification, found: list[Statement], labels: dict[str, str]) -> None:
+    for stmt in found:
+        try:
+            prov = statements.provenance(stmt.predicate)
+        except ValueError as exc:  # a signed predicate of another shape: one failing finding, no traceback
+            v.add("provenance", False, str(exc))
+            return
+        params = prov.buildDefinition.externalParameters
+        matrix = params.matrix.sha256 if params.matrix else None
         # Nothing equals nothing: a provenance without a target or matrix, or an image without the label, fails
         # by name before any comparison.
-        if not params.get("target"):
+        if not params.target:
             v.add("provenance", False, "names no target (buildDefinition.externalParameters.target)")
         elif not labels.get("io.imagebuild.target"):
             v.add("provenance", False, "the image has no io.imagebuild.target label to compare it with")
-        elif not matrix.get("sha256"):
+        elif not matrix:
             v.add("provenance", False, "names no matrix (buildDefinition.externalParameters.matrix.sha256)")
         elif not labels.get("io.imagebuild.matrix-sha256"):
             v.add("provenance", False, "the image has no io.imagebuild.matrix-sha256 label to compare it with")
-        elif params.get("target") != labels.get("io.imagebuild.target"):
-            v.add("provenance", False, f"names target {params.get('target')}, the image is {v.target}")
-        elif matrix.get("sha256") != labels.get("io.imagebuild.matrix-sha256"):
+        elif params.target != labels.get("io.imagebuild.target"):
+            v.add("provenance", False, f"names target {params.target[:80]}, the image is {v.target}")
+        elif matrix != labels.get("io.imagebuild.matrix-sha256"):
             v.add("provenance", False, "its matrix sha256 differs from the image's io.imagebuild.matrix-sha256")
         else:
-            internal = stmt["predicate"]["buildDefinition"].get("internalParameters") or {}
-            local = internal.get("image_id") if isinstance(internal, dict) else None
+            local = prov.buildDefinition.internalParameters.image_id
             if isinstance(local, str) and re.fullmatch(r"sha256:[0-9a-f]{64}", local):
                 v.local_ids.append(local)
-            builder = ((stmt["predicate"].get("runDetails") or {}).get("builder") or {}).get("id")
+            builder = prov.runDetails.builder.id
             revision = labels.get("org.opencontainers.image.revision", "?")
             v.add(
                 "provenance",
                 True,
-                f"SLSA v1, target {v.target}, matrix sha256 {str(matrix.get('sha256'))[:12]}, "
-                f"revision {revision[:12]}, builder {builder}",
+                f"SLSA v1, target {v.target}, matrix sha256 {matrix[:12]}, "
+                f"revision {revision[:12]}, builder {builder[:200]}",
             )
         return
 
@@ -150,8 +159,15 @@ def _refusal(report: dict[str, Any], v: Verification) -> str | None:
     return report_refusal(report, named) if isinstance(named, str) and named in ids else refusals[0]
 
 
-def _check_smoke(v: Verification, statements: list[dict[str, Any]]) -> None:
-    reports = [s.get("predicate") or {} for s in statements]
+def _check_smoke(v: Verification, found: list[Statement]) -> None:
+    reports = []
+    for stmt in found:  # each must be the contract's SmokeReport: a signed predicate of another shape fails
+        try:
+            SmokeReport.from_dict(stmt.predicate, "predicate")
+        except ModelError as exc:
+            v.add("smoke", False, f"a smoke attestation that is not a smoke report ({str(exc)[:200]})")
+            return
+        reports.append(stmt.predicate)
     for arch in v.arches:
         mine = [r for r in reports if attest.arch_base(str(r.get("arch") or "cpu")) == attest.arch_base(arch)]
         if not mine:
@@ -159,7 +175,7 @@ def _check_smoke(v: Verification, statements: list[dict[str, Any]]) -> None:
             continue
         refusals = [_refusal(r, v) for r in mine]
         if None in refusals:
-            report = SmokeReport.from_dict(mine[refusals.index(None)])  # it fits: report_refusal said so
+            report = SmokeReport.from_dict(mine[refusals.index(None)])  # it fits: checked above
             passed = sum(1 for c in report.checks if c.status == "passed")
             v.add(f"smoke {arch}", True, f"passed ({passed} checks passed, device {report.device})")
         else:
@@ -187,7 +203,7 @@ def verify_image(text: str, verifier: Verifier, need_smoke: bool = True) -> Veri
         v.image_id, config = registry.config(repo.repo, v.digest)
     except RegistryError as exc:
         raise ConfigError(f"cannot read {text}: {exc}") from None
-    labels: dict[str, str] = (config.get("config") or {}).get("Labels") or {}  # type: ignore[union-attr]
+    labels = _labels(config)
     v.target = labels.get("io.imagebuild.target")
     v.arches = attest.claimed_arches(labels)
     ref = f"{repo}@{v.digest}"
@@ -214,13 +230,25 @@ def _verify_children(
     return v
 
 
+def _labels(config: object) -> dict[str, str]:
+    """The string labels of an image config from the registry (a config of another shape has none)."""
+    inner = config.get("config") if isinstance(config, dict) else None
+    labels = inner.get("Labels") if isinstance(inner, dict) else None
+    return {k: v for k, v in labels.items() if isinstance(v, str)} if isinstance(labels, dict) else {}
+
+
+def _signed_digest(payload: object) -> object:
+    """The digest a signature payload (cosign's simple signing: critical.image.docker-manifest-digest) names."""
+    critical = payload.get("critical") if isinstance(payload, dict) else None
+    image = critical.get("image") if isinstance(critical, dict) else None
+    return image.get("docker-manifest-digest") if isinstance(image, dict) else None
+
+
 def _check_signature(v: Verification, ref: str, verifier: Verifier) -> None:
     """A cosign signature whose payload names exactly this digest."""
     try:
         payloads = verify_signature(ref, verifier)
-        signed = [
-            p for p in payloads if (p.get("critical") or {}).get("image", {}).get("docker-manifest-digest") == v.digest
-        ]
+        signed = [p for p in payloads if _signed_digest(p) == v.digest]
         v.add(
             "signature",
             bool(signed),
