@@ -465,3 +465,19 @@ def test_coverage_arches_that_are_no_target_ids_are_not_rows(tmp_path: Path, req
     (line,) = [w for w in page.warnings if "requested arches" in w]
     assert line.startswith("build/coverage/rocm6.1-torch2.3.json: requested arches are not GPU target IDs (")
     assert line.endswith(": not used") and len(line) < 300
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_fifo_or_device_as_the_matrix_is_refused(tmp_path: Path, kind: str, cli) -> None:
+    matrix = tmp_path / "matrix.yaml"
+    if kind == "fifo":
+        os.mkfifo(matrix)
+    else:
+        matrix.symlink_to("/dev/zero")
+    result = _in_time(lambda: cli("--matrix", str(matrix), "report", "--no-engine", "--out", str(tmp_path / "o")))
+    words = "a FIFO" if kind == "fifo" else "a character device"
+    assert (
+        result.exit_code == 2
+        and result.stderr == f"error: {matrix}: cannot read the matrix: is {words}, not a regular file\n"
+    )
+    assert not (tmp_path / "o").exists()

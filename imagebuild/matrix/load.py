@@ -17,6 +17,7 @@ from imagebuild.matrix.located import _describe_validation
 from imagebuild.matrix.models import MatrixModel
 from imagebuild.matrix.pins import Unpinned, unpinned
 from imagebuild.matrix.targets import Target, _check_references
+from imagecontract.blob import UnreadableFile, read_bounded
 
 
 class Matrix:
@@ -66,8 +67,8 @@ def validate(data: Any, pos: _Positions, path: Path, sha256: str) -> Matrix:
 def load_matrix(path: Path) -> Matrix:
     """Load matrix.yaml (or another path); a missing or unreadable file is a ConfigError."""
     try:
-        with path.open("rb") as fh:  # bounded: /dev/zero or a huge file is refused, not read whole
-            raw = fh.read(MAX_MATRIX_BYTES + 1)
+        # bounded, and opened without blocking: a FIFO or a device is refused (issue 34), a huge file not read whole
+        raw = read_bounded(path, MAX_MATRIX_BYTES + 1)
         if len(raw) > MAX_MATRIX_BYTES:
             raise ConfigError(f"{path}: the matrix is larger than {MAX_MATRIX_BYTES} bytes")
         text = raw.decode("utf-8")
@@ -75,6 +76,8 @@ def load_matrix(path: Path) -> Matrix:
         raise ConfigError(
             f"{path}: no such matrix file", hint="pass --matrix PATH or run from the repository root"
         ) from None
+    except UnreadableFile as exc:
+        raise ConfigError(f"{path}: cannot read the matrix: {exc.strerror}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the matrix: {exc}") from None
     return load_text(text, path)
