@@ -8,10 +8,11 @@ from imagebuild.engine.registry import Registry, RegistryError, RepoRef
 from imagebuild.errors import ConfigError
 from imagebuild.release import attest
 from imagebuild.release.index import index_children
+from imagebuild.release.statements import statement_bytes
 from imagebuild.release.verify import Verification, parse_ref, verify_image
 from imagebuild.report.model import NOT_RUN, Row
 from imagebuild.report.rows import smoke_facts, smoke_is_for
-from imagecontract.models import ModelError, SmokeReport
+from imagecontract.models import SmokeReport
 from imagecontract.targets import loads_on
 
 
@@ -63,15 +64,16 @@ def _attested_smoke(row: Row, repo: RepoRef, digest: str, ids: list[str], verifi
     subject this digest, image ID one of this image's, Verification.ids), when one ran on a device its code
     loads on."""
     try:
-        statements = verified_statements(f"{repo}@{digest}", attest.SMOKE_TYPE, verifier)
+        payloads = verified_statements(f"{repo}@{digest}", attest.SMOKE_TYPE, verifier)
     except CosignError:
         return
-    for statement in statements:
-        if not attest.subject_matches(statement, digest):
-            continue
-        try:
-            report = SmokeReport.from_dict(statement.get("predicate"))
-        except ModelError:
+    for payload in payloads:
+        try:  # signed payloads read into the strict models (release/statements.py); another shape is skipped
+            statement = statement_bytes(payload, "a smoke attestation")
+            if not attest.subject_matches(statement.to_dict(), digest):
+                continue
+            report = SmokeReport.from_dict(statement.predicate)
+        except ValueError:  # ModelError is one
             continue
         if report.image_id in ids and smoke_is_for(row, report):
             row.smoke = smoke_facts(report, None)
