@@ -2,10 +2,10 @@
 
 Run by the image entrypoint before the server (and as `python3 /opt/imagebuild/imagecontract/preflight.py`).
 Stdlib only, no GPU runtime: it reads the driver (imagecontract.driver), the image's manifest and the
-environment, and compares with the contract's loads_on (LLVM's target ID rule). Exit 0 (go on, maybe after
-warnings), EXIT_REFUSED (78, sysexits' EX_CONFIG: the container is misconfigured for this GPU; docs/contracts.md).
-`IMAGEBUILD_SKIP_PREFLIGHT=1` skips it, saying so. The HSA_OVERRIDE_GFX_VERSION rules are the table in
-docs/preflight.md.
+environment, and compares with the contract's covers (LLVM's target ID rule; CUDA's cubin, `a`/`f` and PTX rules).
+Exit 0 (go on, maybe after warnings), EXIT_REFUSED (78, sysexits' EX_CONFIG: the container is misconfigured for
+this GPU; docs/contracts.md). `IMAGEBUILD_SKIP_PREFLIGHT=1` skips it, saying so. The HSA_OVERRIDE_GFX_VERSION
+rules are the table in docs/preflight.md.
 """
 
 from __future__ import annotations
@@ -27,10 +27,9 @@ from pathlib import Path
 from typing import TextIO
 
 from imagecontract.blob import UnreadableFile, read_bounded
-from imagecontract.coverage import COVERED, status
 from imagecontract.driver import Gpu, Identity, Query, cuda_gpus, nodes_for, nvidia_smi_query, rocm_gpus, visible
 from imagecontract.numbers import shown
-from imagecontract.targets import loads_on
+from imagecontract.targets import covers  # the one rule: LLVM's target ID rule, CUDA's cubin/PTX rules
 
 EXIT_REFUSED = 78
 MANIFEST = Path("/opt/imagebuild/manifest.json")
@@ -61,16 +60,6 @@ def override_arch(value: str) -> str | None:
 def _major(arch: str) -> str:
     """gfx942 -> 9, gfx1100 -> 11 (the ISA family: the last two characters are minor and stepping)."""
     return arch[3:-2]
-
-
-def covers(arches: list[str], device: str) -> bool:
-    """AMD: LLVM's loads_on. CUDA: the same rule as the coverage table (SASS of an older minor of the same major
-    runs; `+PTX` arches add PTX the driver compiles)."""
-    if not device.startswith("sm_"):
-        return any(loads_on(a, device) for a in arches)
-    sass = [a.removesuffix("+PTX") for a in arches]
-    ptx = ["compute_" + a.removesuffix("+PTX")[3:] for a in arches if a.endswith("+PTX")]
-    return status(device, sass, ptx) in COVERED
 
 
 def _instead(target: str, arch: str) -> str:

@@ -100,7 +100,7 @@ def test_simulated_mi100_fits_only_where_gfx908_was_built(tmp_path: Path) -> Non
 
 def test_simulated_consumer_gfx1100(tmp_path: Path) -> None:
     root = rocm_host(tmp_path, [110000])
-    assert "Radeon PRO W7900/RX 7900, gfx1100" in refused(findings(root, ["gfx90a", "gfx942"]))[0]
+    assert "Radeon PRO W7900/RX 7900 XTX/RX 7900 XT, gfx1100" in refused(findings(root, ["gfx90a", "gfx942"]))[0]
     assert findings(root, ["gfx1100"]) == []
 
 

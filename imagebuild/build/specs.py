@@ -40,13 +40,9 @@ def select_targets(matrix: Matrix, names: Sequence[str], arch: str | None) -> li
         return matrix.select(list(names))
     if not arch:
         return list(matrix.targets)
-    from imagebuild.matrix.arches import parse_list
+    from imagebuild.matrix.arches import targets_for_arch
 
-    wanted = {t.processor for t in parse_list(arch)}
-    chosen = [t for t in matrix.targets if wanted & {parse_list(a)[0].processor for a in t.platform.arches}]
-    if not chosen:
-        raise ConfigError(f"no target's platform has arch {arch}", hint="see `imagebuild matrix list`")
-    return chosen
+    return targets_for_arch(matrix.targets, arch)
 
 
 def torch_wheels(target: Target, env: Mapping[str, str]) -> list[Path]:

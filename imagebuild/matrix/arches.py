@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
 
 from imagebuild.errors import ConfigError
 from imagecontract import targets as _targets
@@ -18,11 +19,14 @@ from imagecontract.fanout import PLATFORM_VENDOR as PLATFORM_VENDOR
 from imagecontract.fanout import ArchForm as ArchForm
 from imagecontract.fanout import fan_out as fan_out
 from imagecontract.fanout import format_variable as format_variable
+from imagecontract.numbers import shown
 from imagecontract.targets import AMD_PRODUCTS as AMD_PRODUCTS
 from imagecontract.targets import KNOWN_NAMES as KNOWN_NAMES
 from imagecontract.targets import NVIDIA_SMS as NVIDIA_SMS
 from imagecontract.targets import GpuTarget as GpuTarget
 from imagecontract.targets import TargetError, toolchain_gap
+
+T = TypeVar("T", bound="_HasArches")
 
 
 def _config_error(exc: TargetError) -> ConfigError:
@@ -38,11 +42,41 @@ def parse_target(raw: str) -> GpuTarget:
 
 
 def parse_list(spec: str | Iterable[str]) -> list[GpuTarget]:
-    """The contract's list parser (`;`, `,` or space separated, names such as Hopper); errors as ConfigError."""
+    """The contract's list parser (`;`, `,` or space separated; torch's names such as Hopper; product names such as
+    MI300X, RX 7900 XTX or H100); errors as ConfigError."""
     try:
         return _targets.parse_list(spec)
     except TargetError as exc:
         raise _config_error(exc) from None
+
+
+def name_notes(spec: str) -> list[str]:
+    """What each product or family name of a list stands for (`MI300X is gfx942`, `RDNA4 names 2 GPUs: gfx1200,
+    gfx1201`): said wherever one is resolved, so a name standing for several processors is never silent."""
+    try:
+        return [note for named in _targets.resolve_list(spec) if (note := named.note)]
+    except TargetError as exc:
+        raise _config_error(exc) from None
+
+
+class _HasArches(Protocol):
+    @property
+    def platform(self) -> Any: ...
+
+
+def targets_for_arch(targets: Iterable[T], arch: str) -> list[T]:
+    """The targets whose platform builds one of the processors `arch` names (`--arch gfx942` with no target named:
+    `build` and `arches` alike); none is a ConfigError."""
+    asked = parse_list(arch)
+    wanted = {t.processor for t in asked}
+    chosen = [t for t in targets if wanted & {parse_target(a).processor for a in t.platform.arches}]
+    if not chosen:
+        said = "; ".join(name_notes(arch))
+        raise ConfigError(
+            f"no target's platform has arch {', '.join(t.id for t in asked)}" + (f" ({said})" if said else ""),
+            hint="see `imagebuild matrix list`",
+        )
+    return chosen
 
 
 ENV_OVERRIDE: dict[str, str] = {"rocm": "PYTORCH_ROCM_ARCH", "cuda": "TORCH_CUDA_ARCH_LIST"}
@@ -181,7 +215,7 @@ def resolve(
         if arch_arg is not None and not arch_arg.strip():
             raise ConfigError("empty arch list (--arch '')", hint="leave --arch out for a CPU target")
         if arch_arg:
-            raise ConfigError(f"target {target} is a CPU target and takes no GPU arch (got --arch {arch_arg})")
+            raise ConfigError(f"target {target} is a CPU target and takes no GPU arch (got --arch {shown(arch_arg)})")
         plans = {c.name: ComponentPlan(c.name, True) for c in components}
         return Resolution(target, platform_kind, "cpu platform", [], plans, {})
     targets, source = requested_arches(platform_kind, arch_arg, env, default_arches)

@@ -2,7 +2,7 @@
 exact container flags (docker run, compose, Kubernetes) that give a container these GPUs.
 
 The facts come from imagecontract.driver, the same reader the in-image preflight uses, so the host and the
-container judge a GPU by one rule (imagecontract.preflight.covers). Group IDs are printed as numbers: the
+container judge a GPU by one rule (imagecontract.targets.covers). Group IDs are printed as numbers: the
 `video`/`render` names inside an image rarely map to the host's IDs, and `--group-add NAME` resolves names in
 the image. With the engine (commands/doctor.py asks it): Docker and BuildKit versions, the image store, and which
 of multi-platform in one build, OCI media types on push and timestamp rewriting it gives (engine.features).
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from imagecontract.driver import DeviceNode, Gpu, Identity, cuda_gpus, detect_kind, nodes_for, rocm_gpus
-from imagecontract.preflight import covers
+from imagecontract.targets import covers
 
 
 @dataclass
