@@ -34,8 +34,9 @@ and cosign binaries, mounted read-only; GPU legs run on the CPU with `--gpu none
 arch check cannot pass there); the release job's OIDC identity is a throwaway cosign key pair handed only to jobs
 that ask for `id-token: write`, and GITHUB_ACTIONS is not set (on GitHub it is, and the workflow then refuses a key).
 
-Usage: python3 scripts/ci_rehearse.py [--target local-cpu] [--event push|pull_request] [--jobs matrix,build]
-       [--workflow PATH] [--registry 127.0.0.1:5000] [--prefix NAME] [--report FILE] [--keep] [-v]
+Usage: python3 scripts/ci_rehearse.py [--target local-cpu] [--platform linux/amd64]
+       [--event push|pull_request|workflow_dispatch] [--ref refs/heads/NAME] [--before SHA] [--jobs matrix,build]
+       [--rerun JOB] [--workflow PATH] [--registry 127.0.0.1:5000] [--prefix NAME] [--report FILE] [--keep] [-v]
 Exit: 0 every rehearsed step passed, 1 a step failed, 2 usage or setup error.
 """
 
@@ -620,6 +621,8 @@ class Rehearsal:
             leg_name = _leg_name(matrix)
             if self.args.target and "target" in matrix and matrix["target"] not in self.args.target:
                 continue  # another target: not rehearsed (--target)
+            if self.args.platform and "platform" in matrix and matrix["platform"] not in self.args.platform:
+                continue  # another OCI platform: not rehearsed (--platform)
             status, leg_outputs = self.run_leg(name, job, dict(matrix), leg_name, keys)
             outputs.update(leg_outputs)
             if status != "success":
@@ -862,6 +865,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workflow", default=str(REPO / ".github" / "workflows" / "images.yml"))
     p.add_argument("--target", action="append", default=[], help="rehearse these targets' legs (default local-cpu)")
     p.add_argument("--all-targets", action="store_true", help="every target's legs (GPU images need their bases)")
+    p.add_argument("--platform", action="append", default=[], help="rehearse only these OCI platforms' legs")
     p.add_argument("--event", choices=["push", "pull_request", "workflow_dispatch"], default="push")
     p.add_argument("--ref", default="", help="github.ref (default refs/heads/main; a pull request's refs/pull/1/merge)")
     p.add_argument("--before", default="", help="github.event.before / the pull request's base sha (default: none)")

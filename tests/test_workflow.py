@@ -1,7 +1,10 @@
 """The CI workflow rehearsed (scripts/ci_rehearse.py): its own `run:` steps, job after job and leg after leg, in a
 fresh Debian container as a non-root runner against the loopback registry. It passes for local-cpu's whole path,
-fails when a step is broken, and reproduces the failure of the workflow from before issue 26. Also the
-expression evaluator and the matrix expansion the rehearsal relies on (no engine)."""
+fails when a step is broken, and reproduces the failure of the workflow from before issue 26. The stand-ins for the
+actions behave like the pinned releases where issue 29's defects lived (small workflows of their own: download-
+artifact's single match, upload-artifact on a re-run, setup-python on a Debian runner, a protected environment from
+another ref), and a dispatch from another branch cannot write main's build cache. Also the expression evaluator and
+the matrix expansion the rehearsal relies on (no engine)."""
 
 from __future__ import annotations
 
@@ -74,7 +77,12 @@ def test_rehearsal_runs_local_cpu_whole_path(tmp_path: Path) -> None:
         ("smoke", "local-cpu linux/amd64 cpu"): "success",
         ("smoke", "local-cpu linux/arm64 cpu"): "success",
         ("publish", "local-cpu"): "success",
+        ("conclusion", ""): "success",
     }
+    # main's own run writes main's cache (where the builder can export one), nothing else does
+    built = [s for s in report["steps"] if s["job"] == "build" and s["step"].startswith("Build")]
+    if any("cache: written to" in s["log"] for s in built):
+        assert all(f"cache: written to {report['cache']}:main-local-cpu-" in s["log"] for s in built)
     # every run: step of every job ran in the container (the logins only skip: no credentials here)
     workflow = yaml.safe_load(WORKFLOW.read_text())
     ran = {(s["job"], s["step"]) for s in report["steps"] if s["status"] == "passed"}
@@ -170,3 +178,134 @@ def test_gpu_legs_run_on_the_cpu_and_say_so() -> None:
         {"arch": "cpu", "gpu": "none"},
         [],
     )
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Issue 29: the stand-ins behave like the pinned actions where the workflow's defects lived. Small workflows of their
+# own, rehearsed in the same runner container (no pip, no build: a minute each).
+
+UPLOAD = "actions/upload-artifact@bbbca2ddaa5d8feaa63e36b76fdaad77386f024f"
+DOWNLOAD = "actions/download-artifact@3e5f45b2cfb9172054b4087a40e8e0b5a5461e7c"
+SETUP_PYTHON = "actions/setup-python@5fda3b95a4ea91299a34e894583c3862153e4b97"
+ARTIFACTS_WORKFLOW = {
+    "name": "artifacts",
+    "on": "push",
+    "jobs": {
+        "up": {
+            "runs-on": ["self-hosted", "linux", "x64", "builder"],
+            "strategy": {"matrix": {"leg": ["a", "b"]}},
+            "env": {"LEG": "${{ matrix.leg }}"},
+            "steps": [
+                {"name": "write", "run": 'mkdir -p "out/$LEG" && echo "$GITHUB_RUN_ATTEMPT" > "out/$LEG/f.txt"'},
+                {"name": "upload flat", "uses": UPLOAD,
+                 "with": {"name": "flat-${{ matrix.leg }}", "path": "out/${{ matrix.leg }}/"}},
+                {"name": "upload nested", "if": "always()", "uses": UPLOAD,
+                 "with": {"name": "nested-${{ matrix.leg }}", "path": "out/", "overwrite": True}},
+            ],
+        },
+        "down": {
+            "needs": "up",
+            "if": "always()",  # on the re-run too, after up's refused uploads
+            "runs-on": ["self-hosted", "linux", "x64", "builder"],
+            "steps": [
+                {"name": "by name", "uses": DOWNLOAD, "with": {"name": "flat-a", "path": "in/name/"}},
+                {"name": "one match", "uses": DOWNLOAD, "with": {"pattern": "flat-a*", "path": "in/one/"}},
+                {"name": "two matches", "uses": DOWNLOAD, "with": {"pattern": "flat-*", "path": "in/two/"}},
+                {"name": "merged", "uses": DOWNLOAD,
+                 "with": {"pattern": "nested-*", "path": "in/merged/", "merge-multiple": True}},
+                {"name": "missing", "uses": DOWNLOAD, "continue-on-error": True,
+                 "with": {"name": "nope", "path": "in/x/"}},
+                {"name": "layout", "run": "test -f in/name/f.txt && test -f in/one/f.txt && ! test -e in/one/flat-a\n"
+                 "test -f in/two/flat-a/f.txt && test -f in/two/flat-b/f.txt\n"
+                 'grep -qx "$GITHUB_RUN_ATTEMPT" in/merged/a/f.txt\n'
+                 'grep -qx "$GITHUB_RUN_ATTEMPT" in/merged/b/f.txt\n'},
+            ],
+        },
+    },
+}  # fmt: skip
+
+
+@pytest.mark.docker
+def test_rehearsal_artifacts_behave_like_the_pinned_actions_on_a_run_and_a_rerun(tmp_path: Path) -> None:
+    need_engine()
+    path = tmp_path / "artifacts.yml"
+    path.write_text(yaml.safe_dump(ARTIFACTS_WORKFLOW, sort_keys=False))
+    proc, report = rehearse(tmp_path, "--workflow", str(path), "--rerun", "up,down", timeout=900)
+    steps = {(s["attempt"], s["job"], s["leg"], s["step"]): s for s in report["steps"]}
+    first = [s for s in report["steps"] if s["attempt"] == 1 and s["step"] != "missing"]
+    assert first and all(s["status"] == "passed" for s in first), [(s["step"], s["log"]) for s in first]
+    # download-artifact v8.0.1: a name that is not there fails (here continue-on-error)
+    missing = steps[(1, "down", "", "missing")]
+    assert missing["status"] == "failed" and "Artifact 'nope' not found" in missing["log"]
+    # upload-artifact v7.0.0 on a re-run: the same name again fails without overwrite, is replaced with it
+    for leg in ("a", "b"):
+        flat = steps[(2, "up", leg, "upload flat")]
+        assert flat["status"] == "failed" and "(409) Conflict: an artifact with this name already exists" in flat["log"]
+        assert steps[(2, "up", leg, "upload nested")]["status"] == "passed"
+    # the re-run's downloads see attempt 2's nested artifacts (the layout step greps the attempt number)
+    assert steps[(2, "down", "", "layout")]["status"] == "passed", steps[(2, "down", "", "layout")]["log"]
+    assert proc.returncode == 1  # the re-run's refused uploads
+
+
+RUNNERS_WORKFLOW = {
+    "name": "runners",
+    "on": "workflow_dispatch",
+    "jobs": {
+        "hosted": {"runs-on": "ubuntu-24.04", "steps": [
+            {"name": "python", "uses": SETUP_PYTHON, "with": {"python-version": "3.11"}}]},
+        "debian": {"runs-on": ["self-hosted", "linux", "x64", "release"], "steps": [
+            {"name": "python", "uses": SETUP_PYTHON, "with": {"python-version": "3.11"}}]},
+        "toolcache": {"runs-on": ["self-hosted", "linux", "x64", "release"], "steps": [
+            {"name": "cache", "run": 'mkdir -p "$RUNNER_TOOL_CACHE/Python/3.11.9/x64/bin"\n'
+                                     'touch "$RUNNER_TOOL_CACHE/Python/3.11.9/x64.complete"'},
+            {"name": "python", "uses": SETUP_PYTHON, "with": {"python-version": "3.11"}}]},
+        "protected": {"runs-on": ["self-hosted", "linux", "x64", "builder"], "environment": "builder-main",
+                      "steps": [{"name": "never", "run": "exit 0"}]},
+    },
+}  # fmt: skip
+
+
+@pytest.mark.docker
+def test_rehearsal_setup_python_and_environments_behave_like_github(tmp_path: Path) -> None:
+    need_engine()
+    path = tmp_path / "runners.yml"
+    path.write_text(yaml.safe_dump(RUNNERS_WORKFLOW, sort_keys=False))
+    args = ("--workflow", str(path), "--event", "workflow_dispatch", "--ref", "refs/heads/feature")
+    proc, report = rehearse(tmp_path, *args, timeout=900)
+    assert proc.returncode == 1
+    steps = {(s["job"], s["step"]): s for s in report["steps"]}
+    assert steps[("hosted", "python")]["status"] == "passed"  # GitHub's image has it in its tool cache
+    debian = steps[("debian", "python")]
+    assert debian["status"] == "failed", debian["log"]
+    assert "The version '3.11' with architecture 'x64' was not found for debian 12" in debian["log"]
+    assert steps[("toolcache", "python")]["status"] == "passed"  # an admin's tool cache would do
+    assert "found in the local cache" in steps[("toolcache", "python")]["log"]
+    refused = steps[("protected", "(runner)")]
+    assert refused["status"] == "failed"
+    assert 'Branch "refs/heads/feature" is not allowed to deploy to builder-main' in refused["note"]
+    assert ("protected", "never") not in steps
+
+
+@pytest.mark.docker
+@pytest.mark.registry
+def test_rehearsal_a_dispatch_from_another_branch_cannot_write_mains_cache(tmp_path: Path) -> None:
+    """Issue 29: pool and cache scope followed the event name, so a workflow_dispatch from any branch built on
+    main's builders and wrote cache-main-*. Rehearsed from refs/heads/feature: the build runs in the untrusted
+    environment and pool, and main's cache repository holds nothing afterwards."""
+    need_engine()
+    args = ("--event", "workflow_dispatch", "--ref", "refs/heads/feature", "--jobs", "matrix,build")
+    proc, report = rehearse(tmp_path, *args, "--platform", "linux/amd64")
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    legs = {(leg["job"], leg["leg"]): leg for leg in report["legs"]}
+    assert legs[("build", "local-cpu linux/amd64")]["status"] == "success"
+    assert "builder-pr" in legs[("build", "local-cpu linux/amd64")]["runs_on"]
+    build = [s for s in report["steps"] if s["job"] == "build" and s["step"].startswith("Build")][0]
+    cache_repo = report["cache"].split("/", 1)[1]
+    tags = requests.get(f"http://{REGISTRY}/v2/{cache_repo}/tags/list", timeout=10)
+    assert tags.status_code == 404 or not (tags.json().get("tags") or []), tags.text  # main's cache: untouched
+    if "cache: written to" in build["log"]:  # this builder exports a registry cache: it went to its own scope
+        assert f"cache: written to {report['staging']}:cache-ref-feature-local-cpu-linux-amd64" in build["log"]
+        staging = requests.get(f"http://{REGISTRY}/v2/{report['staging'].split('/', 1)[1]}/tags/list", timeout=10)
+        assert "cache-ref-feature-local-cpu-linux-amd64" in staging.json()["tags"]
+    else:
+        assert "cannot export a registry cache" in build["log"]

