@@ -469,6 +469,19 @@ def stack_table(site: Path) -> dict[str, Any]:
 
 @pytest.mark.skipif(os.environ.get("IMAGEBUILD_BIG_WHEELS") != "1", reason="set IMAGEBUILD_BIG_WHEELS=1 (1.7 GB)")
 def test_serving_stack_wheels_match_the_committed_table(tmp_path: Path) -> None:
+    """torch 2.14.0, vLLM 0.33.0, NCCL 2.30.7 and cuDNN 9.24.0.43: the table per library x arch, and the verdicts
+    with torch, vLLM's two general extensions, NCCL and cuDNN required: sm_80..sm_121a pass; sm_75 fails naming
+    torch's libtorch_cuda_linalg.so (it carries sm_80 and up); sm_110 (Thor) fails on cuDNN and torch."""
+    golden = json.loads(GOLDEN.read_text())
     for pin in BIG:
+        assert golden["wheels"][pin[2]] == pin[3]
         unpack(wheel(pin), tmp_path, re.compile(r"\.so(\.\d+)*$"))
-    assert stack_table(tmp_path) == json.loads(GOLDEN.read_text())["table"]
+    assert stack_table(tmp_path) == golden["table"]
+    need = [Required.parse(r) for r in golden["required"]]
+    for arches, verdict in golden["verdicts"].items():
+        doc = judge(scan_root(tmp_path, arches), {}, "vllm-0.33.0-wheels", need)
+        assert doc.ok == verdict["ok"] and (None if doc.ok else disallowed(doc)) == verdict["line"], arches
+        assert sorted({f"{g.library} {g.arch}" for g in doc.gaps if g.allowed}) == verdict["optional_gaps"]
+    assert golden["verdicts"]["sm_75,sm_80"]["line"].startswith(
+        "arch coverage: /torch/lib/libtorch_cuda_linalg.so has no sm_75 code (required (torch)"
+    )
