@@ -559,3 +559,31 @@ def test_verify_of_a_signed_provenance_of_another_shape_is_one_line(
     assert line.startswith("FAILED") and "not SLSA v1 provenance" in line and words in line, line
     errors = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
     assert len(errors) == 1, proc.stderr
+
+
+# --- --require-signed names its verifier with publish's options, refused before anything is read ---------------
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--promote", "--require-signed"], "--require-signed needs --verify-key PUB"),
+        (["--promote", "--require-signed", "--certificate-oidc-issuer", "x"], "--require-signed needs --verify-key"),
+        (["--promote", "--require-signed", "--verify-key", "/nonexistent/cosign.pub"], "not a file"),
+        (["--promote", "--verify-key", "cosign.pub"], "go with --require-signed"),
+        (["--require-signed", "--verify-key", "cosign.pub"], "--require-signed goes with --promote"),
+    ],
+)
+def test_require_signed_without_its_verifier_is_a_usage_error_before_any_read(
+    tmp_path: Path, args: list[str], words: str
+) -> None:
+    (tmp_path / "cosign.pub").write_text("-----BEGIN PUBLIC KEY-----\nMFkw\n-----END PUBLIC KEY-----\n")
+    source = "127.0.0.1:9/h2-nothing-listens@sha256:" + "0" * 64  # a read would say 'unreachable'
+    out = tmp_path / "report.json"
+    proc = subprocess.run(
+        [*CLI, "publish", source, "--registry", "127.0.0.1:9/h2-public", "--allow-unsmoked", *args, "--out", str(out)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: ") and words in proc.stderr, proc.stderr
+    assert "unreachable" not in proc.stderr and not out.exists()

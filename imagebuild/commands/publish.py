@@ -82,6 +82,8 @@ def command(
     signing.check()  # signing usage errors, and the key password read, before anything is pushed
     if index_of and not promote:
         raise ConfigError("--index-of goes with --promote")
+    if signing.require_signed and not promote:  # a push signs what it pushes: there is nothing staged to verify
+        raise ConfigError("--require-signed goes with --promote")
     if require_oci and promote:
         raise ConfigError("--oci goes with a push, not --promote (promote copies what is staged, media types and all)")
     job = flows.Job(

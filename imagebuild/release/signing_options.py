@@ -48,8 +48,30 @@ class Signing:
         """Usage errors (and reading the password) before anything is pushed."""
         from imagebuild.release.signing import signer_from
 
+        self._check_verifier()
         self.signer = signer_from(self.sign_key, self.key_password_file, self.keyless)
         return self
+
+    def _check_verifier(self) -> None:
+        """--require-signed names its verifier with publish's own options, and they go with it (issue 34: it
+        was refused only after the registry was read, naming verify's `--key`)."""
+        from imagebuild.errors import ConfigError
+
+        keyless = self.identity_regexp or self.oidc_issuer
+        if not self.require_signed:
+            if self.verify_key or keyless:
+                raise ConfigError("--verify-key, --certificate-identity-regexp and --certificate-oidc-issuer go with "
+                                  "--require-signed")  # fmt: skip
+            return
+        if self.verify_key and keyless:
+            raise ConfigError("--verify-key excludes --certificate-identity-regexp / --certificate-oidc-issuer")
+        if not self.verify_key and not (self.identity_regexp and self.oidc_issuer):
+            raise ConfigError(
+                "--require-signed needs --verify-key PUB, or --certificate-identity-regexp and "
+                "--certificate-oidc-issuer (keyless)"
+            )
+        if self.verify_key and not self.verify_key.is_file():
+            raise ConfigError(f"--verify-key {self.verify_key}: not a file")
 
     @property
     def wanted(self) -> bool:
