@@ -37,8 +37,9 @@ def deadline() -> float:
 
 
 CONFIG_LIMIT = 4 * 1024 * 1024  # an image config is kilobytes; one larger is not read
-# A manifest or index is kilobytes; the registry itself refuses to store one over 4 MiB (distribution's
-# maxManifestBodySize, registry/handlers/manifests.go), so a larger answer is not a manifest: not read past this.
+# A manifest or index is kilobytes; the registry itself refuses to store one over 4 MiB (PutManifest reads at
+# most maxManifestBodySize = 4 << 20: distribution/distribution@69431e10 registry/handlers/manifests.go:30), so a
+# larger answer is not a manifest: never read past this.
 MANIFEST_LIMIT = 4 * 1024 * 1024
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
@@ -256,11 +257,17 @@ class Registry:
     def config(self, repo: str, reference: str) -> tuple[str, dict[str, object]]:
         """The image config digest (the image ID an engine gives it) and the config itself."""
         body, _ = self.manifest(repo, reference)
-        manifest = json.loads(body)
-        if "config" not in manifest:
-            raise RegistryError(f"{repo}@{reference} is an index, not a single image")
-        descriptor = manifest["config"]
-        return str(descriptor.get("digest")), json.loads(self.blob(repo, descriptor, CONFIG_LIMIT))
+        try:
+            manifest = json.loads(body)
+            descriptor = manifest.get("config") if isinstance(manifest, dict) else None
+            if not isinstance(descriptor, dict):
+                raise RegistryError(f"{repo}@{reference[:71]} is an index (or no manifest), not a single image")
+            config = json.loads(self.blob(repo, descriptor, CONFIG_LIMIT))
+        except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError
+            raise RegistryError(f"{repo}@{reference[:71]}: its manifest or config is not JSON") from None
+        if not isinstance(config, dict):
+            raise RegistryError(f"{repo}@{reference[:71]}: its config is not a JSON object")
+        return str(descriptor.get("digest")), config
 
     def blob(self, repo: str, descriptor: dict[str, object], limit: int) -> bytes:
         """The bytes of a blob its descriptor names, refused before the download when the descriptor says it is
