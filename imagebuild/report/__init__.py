@@ -6,5 +6,7 @@ optionally what a registry's attestations say. Never-run evidence is shown as "n
 
 `model` (the page's data), `evidence` (bounded reading of the files under build/), `rows` (matrix x evidence ->
 rows), `lookup` (the GPU lookup: devices, names, and loads_on per row), `history` (smoke numbers over time),
-`plots` (static SVG with matplotlib), `html` (the jinja2 writer).
+`bench` (kernel benchmark documents, checked entry by entry), `plots` (static SVG with matplotlib), `escape` (the
+escaping rule of each context the template's autoescape does not cover: hand-made SVG, ids, inline JSON, mathtext),
+`html` (the jinja2 writer).
 """
