@@ -83,7 +83,13 @@ def container_entries(blob: Blob) -> list[Entry]:
     walked = 0
     magic = struct.pack("<I", FATBIN_MAGIC)
     pos = 0
-    while (pos := blob.find((magic,), pos)) >= 0:
+    while True:
+        # Containers usually follow one another: look where the last one ended before searching (a search reads
+        # the bytes it passes, and a library's fat binaries are most of its size)
+        if not (pos + HEADER <= blob.size and blob.read(pos, 4, "fat binary magic") == magic):
+            pos = blob.find((magic,), pos)
+            if pos < 0:
+                break
         _, _version, header_size, fat_size = blob.unpack("<IHHQ", pos, "fat binary header")
         if header_size < HEADER:
             raise VerifyError(f"fat binary at offset {pos}: header size {header_size} is below {HEADER}")

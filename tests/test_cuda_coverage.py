@@ -451,6 +451,19 @@ def test_real_wheels_a_required_library_refuses_an_arch(small_site: Path) -> Non
 
 
 @offline
+def test_real_wheels_are_read_by_their_headers_only(small_site: Path) -> None:
+    """cuRAND's 100 MiB library: its 13 fat binaries' headers are read, not their payloads (under 64 KiB)."""
+    path = small_site / "nvidia/cu13/lib/libcurand.so.10"
+    with path.open("rb") as fh:
+        whole = Blob(fh, os.fstat(fh.fileno()).st_size)
+        sections = co.elf_section_blobs(whole)
+        found = cf.carried(sections)
+        read = whole.bytes_read + sum(s.bytes_read for s in sections.values())
+    assert path.stat().st_size > 90 << 20 and found.wrappers == 13
+    assert 0 < read < 64 << 10, read
+
+
+@offline
 def test_real_wheels_agree_with_cuobjdump(small_site: Path, cuobjdump: Path) -> None:
     libs = [p for p in small_site.rglob("*.so*") if carried_by(p).loaded]
     assert len(libs) >= 4
