@@ -71,13 +71,19 @@ REPO = Path(__file__).resolve().parents[1]
 RUNNER_UID = 1001
 RUNNER_HOME = "/home/runner"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# The runner's machine: what a self-hosted runner's admin installs once (docs/ci.md), nothing from the repository.
+# The runner's machine: what its admin's provisioning gives (scripts/provision-runner.sh, docs/ci.md), from the
+# stock base, with the host's engine, buildx and cosign standing in for its setup.sh step (--no-setup; mounted at
+# start). Then what many runners also have and a job must not rely on: python3-pip (so a pip into the system
+# interpreter meets Debian's PEP 668 refusal, not a missing module) and passwordless sudo.
+PROVISION = REPO / "scripts" / "provision-runner.sh"
 RUNNER_DOCKERFILE = """\
 FROM {base}
-RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \\
-        python3 python3-venv python3-pip sudo git ca-certificates tar findutils >/dev/null \\
+COPY provision-runner.sh /opt/imagebuild-provision/scripts/provision-runner.sh
+RUN bash /opt/imagebuild-provision/scripts/provision-runner.sh --role builder --no-setup --no-check --uid {uid} \\
+    && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \\
+        python3-pip sudo tar findutils >/dev/null \\
     && rm -rf /var/lib/apt/lists/*
-RUN groupadd -o -g {docker_gid} docker-host && useradd -m -u {uid} -s /bin/bash -G docker-host runner \\
+RUN groupadd -o -g {docker_gid} docker-host && usermod -aG docker-host runner \\
     && printf 'runner ALL=(ALL) NOPASSWD:ALL\\n' > /etc/sudoers.d/runner && chmod 0440 /etc/sudoers.d/runner
 """
 SHELLS = {
@@ -362,7 +368,7 @@ class Rehearsal:
     def runner_image(self) -> str:
         gid = os.stat(_socket()).st_gid
         text = RUNNER_DOCKERFILE.format(base=self.args.base_image, docker_gid=gid, uid=RUNNER_UID)
-        tag = f"{self.args.prefix}-runner:" + hashlib.sha256(text.encode()).hexdigest()[:12]
+        tag = f"{self.args.prefix}-runner:" + hashlib.sha256(text.encode() + PROVISION.read_bytes()).hexdigest()[:12]
         if self._run([self.docker, "image", "inspect", tag]).returncode == 0:
             return tag
         if self._run([self.docker, "image", "inspect", self.args.base_image]).returncode != 0:
@@ -370,6 +376,7 @@ class Rehearsal:
         self.log(f"making the runner image {tag} from {self.args.base_image}")
         with tempfile.TemporaryDirectory() as ctx:
             (Path(ctx) / "Dockerfile").write_text(text)
+            shutil.copy(PROVISION, Path(ctx) / "provision-runner.sh")
             proc = self._run(
                 [self.docker, "build", "-q", "--network", "host", "-t", tag, ctx],
                 env={**os.environ, "DOCKER_BUILDKIT": "0"},
@@ -809,7 +816,8 @@ class Rehearsal:
             f"targets {', '.join(self.args.target) or 'all'}; staging {self.staging}; public {self.public}"
         )
         self.log(
-            "stand-ins: admin provisioning = runner image + host tools mounted read-only; OIDC = a throwaway "
+            "stand-ins: admin provisioning = scripts/provision-runner.sh --no-setup + host engine, buildx, cosign; "
+            "OIDC = a throwaway "
             "cosign key (GITHUB_ACTIONS unset); GPU legs = the CPU with --gpu none"
         )
         started = time.monotonic()

@@ -9,6 +9,8 @@ What counts, in scripts/, .github/, .ci/, docs/ and README.md:
   `"$VENV/bin/python" -m pip install`, `"$RUNNER_TEMP/venv/bin/python" -m pip install`. `uv pip install` installs
   into a virtual environment unless it says `--system`. Anything else (`pip install`, `python3 -m pip install`,
   `sudo pip install`, `/usr/bin/python3 -m pip install`) is outside one;
+- `pip install --dry-run` installs nothing (a probe that the system refuses pip, as the stock-Debian rehearsal
+  makes) and is exempt;
 - image contexts are not the host: Dockerfiles (a file named Dockerfile*, or *.Dockerfile) and Dockerfile `RUN`
   lines anywhere are exempt (an image's own interpreter is the image's business);
 - shell, YAML and Python text: every line but comments (a line whose first non-blank character is `#`);
@@ -38,11 +40,16 @@ def in_a_venv(invoker: str) -> bool:
     return bool(found) and found["prefix"].rstrip("/") not in SYSTEM_PREFIXES
 
 
+def dry_run(line: str, end: int) -> bool:
+    """The command whose `install` ends at `end` says --dry-run (before the next ;, &, | or `)."""
+    return bool(re.match(r"[^;&|`]*\s--dry-run\b", line[end:]))
+
+
 def outside_venv(line: str) -> list[str]:
     """The pip-install commands of one line that do not run inside a virtual environment."""
     if re.match(r"\s*RUN\b", line):  # a Dockerfile instruction: the image's interpreter
         return []
-    bad = [m.group(0) for m in MODULE.finditer(line) if not in_a_venv(m["inv"])]
+    bad = [m.group(0) for m in MODULE.finditer(line) if not in_a_venv(m["inv"]) and not dry_run(line, m.end())]
     for m in DIRECT.finditer(line):
         before = (m["before"] or "").strip().strip("\"'")
         if before == "-m":  # `<python> -m pip install`: MODULE judged it by its python
@@ -51,7 +58,7 @@ def outside_venv(line: str) -> list[str]:
             if "--system" in line:
                 bad.append(m.group(0))
             continue
-        if not in_a_venv(m["inv"]):
+        if not in_a_venv(m["inv"]) and not dry_run(line, m.end()):
             bad.append(m.group(0).strip())
     return bad
 
@@ -103,6 +110,8 @@ def scanned_files() -> list[Path]:
         ("a.sh", 'log "${VENV}/bin/pip install -e .[test]"\n', False),
         ("a.sh", "# Debian refuses `pip install` into the system interpreter\n", False),
         ("a.sh", "uv pip install x\n", False),
+        ("a.sh", "/usr/bin/python3 -m pip install --dry-run click 2>&1 | tail -n1\n", False),
+        ("a.sh", "python3 -m pip install x; echo --dry-run\n", True),
         ("a.sh", "uv pip install --system x\n", True),
         ("Dockerfile", "RUN pip install x\n", False),
         ("a.py", 'DOCKERFILE = """\nRUN python3 -m pip install x\n"""\n', False),
