@@ -8,7 +8,7 @@ took `MI300X` while `--arch MI300X` was refused).
 
 Accepted spellings (resolve_name): AMD target IDs as LLVM takes them (`gfx942`, `gfx942:xnack-`,
 `gfx90a:sramecc+:xnack-`, features in any order, any case) and as rocminfo prints them
-(`amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-`); NVIDIA `sm_90`, `sm90`, `sm_90a`, `sm_100f`, capabilities `9.0`,
+(`amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-`); NVIDIA `sm_90`, `sm_90a`, `sm_100f`, capabilities `9.0`,
 `9.0a`, `12.0f`, each optionally `+PTX`; torch's architecture names (`Hopper`, `Ampere+PTX`); product names
 (imagecontract/gpu_products.py: `MI300X`, `RX 7900 XTX`, `H100`, `DGX Spark`; a family name such as `RDNA4` names
 several processors and says so). Refused: `compute_90` (a PTX arch is no GPU: `sm_90+PTX` says what is meant) and
@@ -188,7 +188,7 @@ _FEATURE_RE = re.compile(r"^([a-z0-9_]+)([+-])$")
 # What tools print before an AMD target ID: rocminfo's agent name (`amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-`,
 # the triple, an empty environment field, the ID) and a clang offload bundle's entry (`hipv4-amdgcn-amd-amdhsa--`).
 _AMD_TRIPLE = re.compile(r"^(?:hipv4-|hip-)?amdgcn-amd-amdhsa-{1,2}", re.IGNORECASE)
-_SM_NAME = re.compile(r"^sm_?(\d{2,3})([af]?)$")
+_SM_NAME = re.compile(r"^sm_(\d{2,3})([af]?)$")
 _CAPABILITY = re.compile(r"^(\d{1,2})\.(\d)([af]?)$")
 MAX_SPEC = 4096  # characters of one arch list: longer is refused before it is parsed (or echoed)
 
@@ -276,7 +276,8 @@ def _split_ptx(text: str) -> tuple[str, bool]:
 
 
 def _parse_nvidia(raw: str) -> GpuTarget:
-    """`sm_90`, `sm90`, `sm_90a`, `sm_100f`, `9.0`, `9.0a`, `12.0f`, each optionally `+PTX`; `compute_90` refused."""
+    """`sm_90`, `sm_90a`, `sm_100f`, `9.0`, `9.0a`, `12.0f`, each optionally `+PTX`; `compute_90` refused (and
+    `sm90`, which no compiler takes)."""
     text, ptx = _split_ptx(raw.strip())
     lowered = text.lower()
     if lowered.startswith("compute_"):  # a virtual (PTX) arch: taking it for sm_XX would drop the PTX silently

@@ -91,7 +91,6 @@ FORMS = [
     ("AMDGCN-AMD-AMDHSA--GFX942:SRAMECC+:XNACK-", ["gfx942:sramecc+:xnack-"], ["gfx942:sramecc+:xnack-"]),
     ("sm_90", ["sm_90"], ["sm_90"]),
     ("SM_90", ["sm_90"], ["sm_90"]),
-    ("sm90", ["sm_90"], ["sm_90"]),
     ("sm_90a", ["sm_90a"], ["sm_90"]),
     ("sm_100f", ["sm_100f"], ["sm_100", "sm_101", "sm_103"]),
     ("sm_120a", ["sm_120a"], ["sm_120"]),
@@ -105,7 +104,7 @@ FORMS = [
     ("Radeon RX 7900 XTX", ["gfx1100"], ["gfx1100"]),
     ("GeForce RTX 5090", ["sm_120"], ["sm_120"]),
 ]
-REFUSED = ["compute_90", "gfx942:xnack", "gfx1100:sramecc+", "tpu", "sm_91"]
+REFUSED = ["compute_90", "gfx942:xnack", "gfx1100:sramecc+", "tpu", "sm_91", "sm90"]
 
 
 def kfd_version(processor: str) -> int:

@@ -84,7 +84,7 @@ def names() -> dict[str, list[str]]:
         for form in _feature_forms(proc):
             add(form)
     for sm, cap in NVIDIA_SMS.items():
-        for name in (sm, cap, sm.replace("_", "")):
+        for name in (sm, cap):
             add(name)
     for name in NVIDIA_NAMED:
         add(name)
