@@ -162,8 +162,12 @@ def _put_blob(repo: str, data: bytes) -> dict[str, object]:
     return {"digest": _sha(data), "size": len(data)}
 
 
+_PUSHED: set[str] = set()  # digests this module pushed; deleted from every h2-hostile repository at the end
+
+
 def _put_manifest(repo: str, reference: str, doc: dict[str, object], media_type: str) -> Pushed:
     body = json.dumps(doc).encode()
+    _PUSHED.add(_sha(body))
     answer = requests.put(
         f"http://{REGISTRY}/v2/{repo}/manifests/{reference}",
         data=body,
@@ -244,13 +248,39 @@ class Staged:
     docker: Pushed  # amd64 in Docker schema 2
 
 
+def _remove_what_was_pushed(run: str) -> None:
+    """Every manifest of the repositories this run made (h2-hostile-*-<run>...): tags, signatures, copies."""
+    catalog = requests.get(f"http://{REGISTRY}/v2/_catalog", params={"n": 1000}, timeout=30).json()
+    for repo in [r for r in catalog.get("repositories") or [] if r.startswith("h2-hostile-") and run in r]:
+        digests = set(_PUSHED)
+        for tag in _tags(repo):
+            head = requests.head(
+                f"http://{REGISTRY}/v2/{repo}/manifests/{tag}",
+                headers={"Accept": ", ".join((OCI_INDEX, OCI_MANIFEST, DOCKER_MANIFEST))},
+                timeout=30,
+            )
+            digests.add(head.headers.get("Docker-Content-Digest", ""))
+        for digest in sorted(d for d in digests if d):
+            requests.delete(f"http://{REGISTRY}/v2/{repo}/manifests/{digest}", timeout=30)
+
+
+RUN = uuid.uuid4().hex[:6]  # in every repository name this module makes
+
+
 @pytest.fixture(scope="module")
-def staged() -> Staged:
+def staged() -> Iterator[Staged]:
     try:
         requests.get(f"http://{REGISTRY}/v2/", timeout=5)
     except requests.RequestException:
         pytest.skip(f"no registry on {REGISTRY} (scripts/setup.sh starts it)")
-    repo = RepoRef.parse(f"{REGISTRY}/h2-hostile-index-{uuid.uuid4().hex[:8]}")
+    repo = RepoRef.parse(f"{REGISTRY}/h2-hostile-index-{RUN}")
+    try:
+        yield _staged(repo)
+    finally:
+        _remove_what_was_pushed(RUN)
+
+
+def _staged(repo: RepoRef) -> Staged:
     amd64 = _image(repo.repo, AMD64, "amd64")
     return Staged(
         repo,
@@ -427,7 +457,7 @@ def test_verify_refuses_a_hostile_index_before_any_signature(staged: Staged, cas
 @pytest.mark.parametrize("case", ["annotated-attestation-before-the-real-child", "amd64-and-arm64-swapped"])
 def test_promote_refuses_a_hostile_index_and_moves_no_tag(staged: Staged, case: str, tmp_path: Path) -> None:
     digest = _index(staged, case, HOSTILE[case][0](staged))
-    dest = f"{REGISTRY}/h2-hostile-public-{uuid.uuid4().hex[:8]}"
+    dest = f"{REGISTRY}/h2-hostile-public-{RUN}-{uuid.uuid4().hex[:8]}"
     proc = subprocess.run(
         [*CLI, "publish", f"{staged.repo}@{digest}", "--promote", "--registry", dest, "--tag", "v1",
          "--allow-unsmoked", "--allow-unlocked", "--out", str(tmp_path / "report.json")],
@@ -469,7 +499,7 @@ def test_a_signal_during_a_signed_promote_leaves_no_signature_tag(
             s.repo.repo, image.digest.replace(":", "-") + ".att", json.loads(s.attestation.body), OCI_MANIFEST
         )
     digest = _index(s, f"signal-{signum.name}", [s.amd64.entry(AMD64), s.arm64.entry(ARM64)])
-    dest = f"h2-hostile-signal-{uuid.uuid4().hex[:8]}"
+    dest = f"h2-hostile-signal-{RUN}-{uuid.uuid4().hex[:8]}"
     proc = subprocess.Popen(
         [*CLI, "publish", f"{s.repo}@{digest}", "--promote", "--registry", f"{REGISTRY}/{dest}", "--tag", "v1",
          "--allow-unsmoked", "--allow-unlocked", "--sign-key", str(tmp_path / "cosign.key"),
