@@ -26,6 +26,7 @@ def test_buildkit_version_is_the_one_the_release_vendors() -> None:
     assert vendored_buildkit("20.10.24+dfsg1") == "0.8.4"
     assert vendored_buildkit("26.1.5+dfsg1") == "0.13.2"
     assert vendored_buildkit("26.3.0") == "0.13.2"  # the nearest listed release below
+    assert vendored_buildkit("28.5.2+dfsg4") == "0.25.2"  # the default engine (issue 29)
     assert vendored_buildkit("19.03.1") == "unknown"
 
 

@@ -29,8 +29,16 @@ REWRITE_WHERE = "BuildKit 0.13 with buildx (Docker 26.1)"
 WHERE = "Docker 26.1 with the containerd image store and buildx (scripts/setup.sh starts it)"
 
 # moby release (major.minor) -> the BuildKit it vendors: moby/moby@5d6db842238e (v20.10.24):vendor.conf:37,
-# @411e817ddf71 (v26.1.5):vendor.mod:64, @ff1e2c0de72a (v27.0.1):vendor.mod, @af898abe4466 (v28.0.0):vendor.mod.
-VENDORED_BUILDKIT = {(20, 10): "0.8.4", (26, 1): "0.13.2", (27, 0): "0.14.1", (27, 3): "0.16.0", (28, 0): "0.20.0"}
+# @411e817ddf71 (v26.1.5):vendor.mod:64, @ff1e2c0de72a (v27.0.1):vendor.mod, @af898abe4466 (v28.0.0):vendor.mod,
+# @3ef3c07c883b (v28.5.2, the build Debian forky's docker.io 28.5.2+dfsg4 names):vendor.mod:65.
+VENDORED_BUILDKIT = {
+    (20, 10): "0.8.4",
+    (26, 1): "0.13.2",
+    (27, 0): "0.14.1",
+    (27, 3): "0.16.0",
+    (28, 0): "0.20.0",
+    (28, 5): "0.25.2",
+}
 
 
 @dataclass(frozen=True)
