@@ -23,6 +23,8 @@ from imagecontract import targets as T
 from imagecontract.amdgpu_elf import MACH_NAMES, amdgpu_target
 from imagecontract.coverage import COVERED, status
 from tests.test_preflight_simulated import CONTAINER, manifest, rocm_host
+from tests.test_report import rocm_evidence
+from tests.test_report_browser import browser, type_query, write_page  # noqa: F401 (browser: the fixture)
 
 # Issue 32's processors and their EF_AMDGPU_MACH_* values, read in LLVM's ELF.h (ROCm/llvm-project@
 # 06c62775e4cd479fbfde1c5863016e2665110136, llvm/include/llvm/BinaryFormat/ELF.h, the AMDGPU_MACH_LIST X-macro:
@@ -311,3 +313,26 @@ def test_preflight_page_and_scanner_agree_on_every_pair(tmp_path: Path) -> None:
     assert preflight_passes(tmp_path / "a", ["sm_80"], "sm_86") and not preflight_passes(
         tmp_path / "b", ["sm_86"], "sm_80"
     )
+
+
+@pytest.mark.skipif(
+    not (Path("/usr/bin/chromium").exists() and Path("/usr/bin/chromedriver").exists()),
+    reason="chromium / chromium-driver not installed",
+)
+def test_the_pages_script_answers_the_same_in_a_browser(browser, tmp_path: Path) -> None:  # noqa: F811
+    """The page's own script (normalize with the patterns it is handed, the index), typed into in Debian's chromium:
+    each spelling and product name names the devices the table resolves it to (was: `gfx942:xnack-`, `gfx90a:xnack+`
+    and rocminfo's form answered "No GPU known")."""
+    labels = lookup.devices()
+    rocm_evidence(tmp_path)
+    browser.get(write_page(tmp_path).as_uri())
+    cases = [(typed, devices) for typed, _built, devices in FORMS] + [(n, p) for n, p in PRODUCTS.items()]
+    wrong = []
+    for typed, devices in cases:
+        said = type_query(browser, typed)
+        if not said.startswith("; ".join(labels[d] for d in devices) + ":"):
+            wrong.append((typed, said[:120]))
+    for typed in ("compute_90", "tpu", "sm90"):
+        if "No GPU known" not in type_query(browser, typed):
+            wrong.append((typed, "answered"))
+    assert wrong == []
