@@ -190,14 +190,17 @@ def publish_index(client: docker.DockerClient, job: Job, keys: Sequence[ImageKey
         check_promises([dict(i.image.labels or {}) for i in images], tags, index=True)
         children_results = {i.platform: job.result(i.name, i.ref.image_id, ref=i.ref) for i in images}
         children = push_children(client, images, job.dest, children_results, job.log)
-        for key, item in zip(keys, images, strict=True):  # each child signed, then the index, then the tags move
-            child, passed = children_results[item.platform], passing[item.platform]
-            child_out = out.parent / slug(key.oci) / out.name  # beside the index's report, one folder a platform
-            signing.sign_publish(
-                job.signing, client, child, [passed] if passed else [], child_out, job.matrix_path, job.log
-            )
-            child.smoke_report, child.ok = str(passed.path) if passed else None, True
-            child.write(child_out)
+        from imagebuild.release.signing import undone_unless_complete
+
+        with undone_unless_complete(job.dest, job.log):  # interrupted: no child's `.sig`/`.att` half written
+            for key, item in zip(keys, images, strict=True):  # each child signed, then the index, then tags move
+                child, passed = children_results[item.platform], passing[item.platform]
+                child_out = out.parent / slug(key.oci) / out.name  # beside the index's report, a folder a platform
+                signing.sign_publish(
+                    job.signing, client, child, [passed] if passed else [], child_out, job.matrix_path, job.log
+                )
+                child.smoke_report, child.ok = str(passed.path) if passed else None, True
+                child.write(child_out)
         result.platforms = {c.platform: c.digest for c in children}
         sign = (lambda: signing.sign_index_digest(job.signing, result, out, job.log)) if job.signing.wanted else None
         write_indexes(job.dest, tags, children, result, job.log, sign)

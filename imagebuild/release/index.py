@@ -83,7 +83,10 @@ def write_indexes(
     result.digest, result.digest_ref, result.staging_ref = digest, f"{dest}@{digest}", f"{dest}:{staging}"
     record_media_types(result, registry, dest, digest)
     if before_tags is not None:
-        before_tags()
+        from imagebuild.release.signing import undone_unless_complete
+
+        with undone_unless_complete(dest, log):  # interrupted or failed: no `.sig`/`.att` tag left half written
+            before_tags()
     for tag in tags:
         log(f"index {dest}:{tag} -> {digest} ({', '.join(c.platform for c in children)})")
         with_retries(f"tagging {dest}:{tag}", lambda tag=tag: registry.copy(dest.repo, digest, dest.repo, tag))

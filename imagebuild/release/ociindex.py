@@ -188,8 +188,12 @@ def _attestation_refusal(entry: Mapping[str, object], manifest: Mapping[str, obj
     layers = manifest.get("layers")
     if annotations.get(REFERENCE_TYPE) != ATTESTATION:
         return f"not annotated {REFERENCE_TYPE}={ATTESTATION}"
-    if platform_key(plat) != UNKNOWN:
-        return f"listed for {'/'.join(p for p in platform_key(plat) if p)}, not unknown/unknown"
+    try:
+        listed = platform_key(plat)
+    except IndexMismatch:
+        return "listed for no platform, not unknown/unknown"
+    if listed != UNKNOWN:
+        return f"listed for {'/'.join(p for p in listed if p)}, not unknown/unknown"
     if annotations.get(REFERENCE_DIGEST) not in images:
         return f"its {REFERENCE_DIGEST} names no platform image of this index"
     if (

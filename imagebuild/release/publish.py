@@ -243,7 +243,10 @@ def publish_image(
     result.digest = digest
     result.digest_ref = f"{repo}@{digest}"
     if before_tags is not None:
-        before_tags()
+        from imagebuild.release.signing import undone_unless_complete
+
+        with undone_unless_complete(repo, log):  # interrupted or failed: no `.sig`/`.att` tag left half written
+            before_tags()
     for tag in tags:
         log(f"tag {repo}:{tag} -> {digest}")
         moved = with_retries(f"tagging {repo}:{tag}", lambda tag=tag: registry.copy(repo.repo, digest, repo.repo, tag))
