@@ -54,7 +54,8 @@ TORCH_WHEEL=torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
 TORCH_WHEEL_URL="https://download.pytorch.org/whl/cpu/torch-2.13.0%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl"
 
 wheelhouse_dir() {  # the first folder of $PIP_FIND_LINKS (file:// or a path), else the matrix's /opt/wheels
-    local first="${PIP_FIND_LINKS%% *}"
+    local first="${PIP_FIND_LINKS:-}"
+    first="${first%% *}"
     first="${first#file://}"
     printf '%s' "${first:-/opt/wheels}"
 }
@@ -88,8 +89,11 @@ import shutil
 import sys
 import urllib.request
 
-with urllib.request.urlopen(sys.argv[1], timeout=60) as response, open(sys.argv[2], "wb") as out:
-    shutil.copyfileobj(response, out, 1 << 20)
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=60) as response, open(sys.argv[2], "wb") as out:
+        shutil.copyfileobj(response, out, 1 << 20)
+except OSError as exc:  # one line, not a traceback: what was asked and why it failed
+    sys.exit(f"setup: cannot fetch {sys.argv[1]}: {getattr(exc, 'reason', exc)}; put the file in the wheelhouse")
 PY
         mv "$wheel.part" "$wheel"
     fi
