@@ -45,6 +45,13 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
+    def do_HEAD(self) -> None:  # noqa: N802 (http.server's name): every tag exists
+        self.send_response(200)
+        self.send_header("Content-Type", OCI_MANIFEST)
+        self.send_header("Docker-Content-Digest", "sha256:" + "1" * 64)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         plan = type(self).plan
         self.send_response(200)
@@ -97,6 +104,21 @@ def test_a_manifest_without_a_length_is_read_only_to_the_cap(hostile: tuple[Regi
     with pytest.raises(RegistryError, match=f"over the {MANIFEST_LIMIT} bytes"):
         registry.manifest("h2-hostile", "latest")
     # what the server got out before the client closed: the cap plus what the socket buffers held, not 2 GiB
+    assert handler.sent < 16 * MANIFEST_LIMIT
+
+
+@pytest.mark.parametrize("claim", ["length", "none"])
+def test_verify_reads_a_hostile_registry_s_manifest_only_to_the_cap(
+    hostile: tuple[Registry, type[_Hostile]], claim: str
+) -> None:
+    registry, handler = hostile
+    handler.plan = {"length": 2 << 30} if claim == "length" else {}
+    proc = subprocess.run(
+        [*CLI, "verify", f"{registry.ref}:latest", "--key", __file__], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("error: cannot read") and f"over the {MANIFEST_LIMIT}" in line, line
     assert handler.sent < 16 * MANIFEST_LIMIT
 
 
