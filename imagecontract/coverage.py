@@ -271,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", default="/", type=Path)
     parser.add_argument("--arch", help="arches to tabulate (default: the manifest's, else every one found)")
     parser.add_argument("--skip", action="append", default=[], help="a folder to leave out (repeatable)")
+    parser.add_argument("--table", action="store_true", help="print arch_table's library -> arch -> cell instead")
     args = parser.parse_args(argv)
     result = scan(args.root, args.skip)
     manifest = _manifest(args.root, result.errors)
@@ -292,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
             "errors": result.errors,
         },
     }
-    json.dump(doc, sys.stdout, indent=1)
+    json.dump(arch_table(doc["libraries"], arches) if args.table else doc, sys.stdout, indent=1)
     sys.stdout.write("\n")
     return 0
 

@@ -471,6 +471,53 @@ def test_real_wheels_agree_with_cuobjdump(small_site: Path, cuobjdump: Path) -> 
         agree_with_cuobjdump(cuobjdump, path)
 
 
+@pytest.mark.docker
+@offline
+def test_the_build_hook_fails_an_image_whose_required_library_lacks_a_requested_arch(
+    small_site: Path, tmp_path: Path
+) -> None:
+    """The build's own hook (add_coverage, as `imagebuild build` runs it after BuildKit) on a real image holding
+    CuPy's real cub module: required and asked for sm_110 it fails the target (exit 3 by raise_on_failure) with
+    one line naming the library and what it carries, and adds no layer; asked for sm_90 + sm_121a it passes."""
+    from test_coverage import component_manifest, image_with, result_for
+
+    from imagebuild.build.buildkit import raise_on_failure
+    from imagebuild.engine.docker import find_engine
+    from imagebuild.errors import BuildFailed, ConfigError
+    from imagebuild.prove.coverage import add_coverage
+
+    try:
+        engine = find_engine()
+    except ConfigError as exc:
+        pytest.skip(str(exc))
+    cub = small_site / "cupy/cuda/cub.cpython-312-x86_64-linux-gnu.so"
+    need = {"coverage-cuda": [Required.parse("cupy")]}
+    tags = []
+    try:
+        for arches, ok in ((["sm_90", "sm_121a"], True), (["sm_90", "sm_110"], False)):
+            tag = f"imagebuild-test/coverage:cuda31-{'ok' if ok else 'gap'}"
+            tags.append(tag)
+            image_id = image_with(engine, tag, {"cupy/cuda/cub.so": cub}, component_manifest("cuda", arches, {}))
+            tags.append(image_id)  # ours alone (FROM the shared base + our layers): removed after the tags
+            result = result_for("coverage-cuda", image_id, tag)
+            add_coverage(engine, [result], REPO / "matrix.yaml", tmp_path / "build-report.json", need)
+            if ok:
+                assert result.ok and result.image_id != image_id, result.failed_step  # the coverage layer added
+                continue
+            assert not result.ok and result.image_id == image_id  # no layer on a failed image
+            site = "/usr/local/lib/python3.11/dist-packages"
+            assert result.failed_step == (
+                f"arch coverage: {site}/cupy/cuda/cub.so has no sm_110 code (required (cupy) on every requested "
+                "arch; it carries sm_75, sm_80, sm_86, sm_89, sm_90, sm_100f, sm_120f + PTX compute_120)"
+            )
+            with pytest.raises(BuildFailed) as info:
+                raise_on_failure([result], tmp_path / "build-report.json")
+            assert info.value.exit_code == 3 and "sm_110" in str(info.value)
+    finally:
+        for name in sorted(tags, key=lambda t: t.startswith("sha256:")):  # tags first, then the images left
+            subprocess.run([engine.client, "rmi", "-f", name], capture_output=True, check=False)
+
+
 # --- the serving stack itself (opt-in: 1.7 GB of wheels) ---------------------------------------------------
 
 

@@ -255,17 +255,25 @@ def disallowed(doc: ArchCoverage) -> str:
     return f"arch coverage: {named}" + (f"; and {len(bad) - 5} more" if len(bad) > 5 else "")
 
 
-def add_coverage(engine: Engine, results: list[TargetResult], matrix_path: Path, report: Path) -> list[str]:
+def add_coverage(
+    engine: Engine,
+    results: list[TargetResult],
+    matrix_path: Path,
+    report: Path,
+    required: dict[str, list[Required]] | None = None,
+) -> list[str]:
     """The build hook: for each built target scan, judge, write `<report dir>/coverage/<target>.json`, then fail
-    it (a disallowed gap: the build exits 3 naming library and arch) or add the coverage layer. Each result's
-    `coverage` says where the document is or why there is none; the warning lines (an image without python3 is
-    not scanned) are returned for the command to print."""
+    it (a disallowed gap: the build exits 3 naming library and arch) or add the coverage layer. `required`: per
+    target name, the libraries that must run on every requested arch (judge). Each result's `coverage` says where
+    the document is or why there is none; the warning lines (an image without python3 is not scanned) are
+    returned for the command to print."""
     built = [r for r in results if r.ok and r.image_id and r.tags]
     dists = distributions_of(matrix_path) if built else {}
     warnings: list[str] = []
     for result in built:
         try:
-            doc = judge(scan_image(engine, str(result.image_id)), dists, result.target)
+            need = (required or {}).get(result.target, [])
+            doc = judge(scan_image(engine, str(result.image_id)), dists, result.target, need)
             path = report.parent / "coverage" / f"{result.target}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(doc.to_dict(), indent=1) + "\n", encoding="utf-8")
