@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import tempfile
+import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,24 +61,23 @@ def run_smoke(
     os.chmod(out, 0o777)  # the image may run as a non-root user
     log_path = report_path.with_name(report_path.stem + ".log")
     try:
-        container = None
-        try:  # created, then started: a start that fails (no such device) removes what it created
-            container = client.containers.create(
-                image.id,
-                entrypoint=["python3", "-m", "smoke", "--report", "/out/report.json", "--junit", "/out/junit.xml"],
-                command=[],
-                network_mode="host",
-                working_dir=IMAGE_ROOT,
-                environment={"PYTHONPATH": IMAGE_ROOT},
-                volumes={str(out.resolve()): {"bind": "/out", "mode": "rw"}},
-                **device_options(gpu),
-            )
-            container.start()
-        except APIError as exc:
-            if container is not None:
-                remove_container(container)  # with its anonymous volume (the image's VOLUME /data)
-            raise SmokeFailed(f"could not start the smoke container ({gpu}): {exc.explanation or exc}") from None
+        container, name = None, f"imagebuild-smoke-{uuid.uuid4().hex[:16]}"
         try:
+            try:  # created, then started: a start that fails (no such device) removes what it created
+                container = client.containers.create(
+                    image.id,
+                    name=name,  # found by it when an interrupt (SIGINT, SIGTERM) lands before create returns
+                    entrypoint=["python3", "-m", "smoke", "--report", "/out/report.json", "--junit", "/out/junit.xml"],
+                    command=[],
+                    network_mode="host",
+                    working_dir=IMAGE_ROOT,
+                    environment={"PYTHONPATH": IMAGE_ROOT},
+                    volumes={str(out.resolve()): {"bind": "/out", "mode": "rw"}},
+                    **device_options(gpu),
+                )
+                container.start()
+            except APIError as exc:
+                raise SmokeFailed(f"could not start the smoke container ({gpu}): {exc.explanation or exc}") from None
             try:
                 status = container.wait(timeout=timeout_s)
             except RequestException:
@@ -85,8 +85,10 @@ def run_smoke(
             exit_code = int(status.get("StatusCode", -1))
             logs = container.logs(stdout=True, stderr=True).decode(errors="replace")
             image_id = container.attrs["Image"]
-        finally:
-            remove_container(container)
+        finally:  # every path: a failed start, a timeout, SIGINT and SIGTERM (imagebuild/signals.py) alike
+            container = container if container is not None else _named(client, name)
+            if container is not None:
+                remove_container(container)  # with its anonymous volume (the image's VOLUME /data)
         write_atomic(log_path, logs)
         produced = out / "report.json"
         if not produced.is_file():
@@ -103,6 +105,17 @@ def run_smoke(
     finally:
         shutil.rmtree(out, ignore_errors=True)
     return SmokeOutcome(image_id, report_path, junit_path, log_path, smoke, exit_code)
+
+
+def _named(client: docker.DockerClient, name: str) -> Any:
+    """The container called `name`, or None: an interrupt between the engine's create and the SDK's return
+    leaves one that only its name finds."""
+    from docker.errors import APIError, NotFound
+
+    try:
+        return client.containers.get(name)
+    except (NotFound, APIError):
+        return None
 
 
 def _checked(produced: Path, log_path: Path) -> SmokeReport:

@@ -1,0 +1,128 @@
+"""Issue 34, the CLI under signals and odd input: SIGTERM to `imagebuild smoke` cleans up as SIGINT does.
+
+`docker stop`, systemd, a CI runner's cancel and `timeout` send SIGTERM; round four found that it left the smoke
+container, its anonymous volume and the `.smoke-*` folder behind. The smoke here runs for real on the engine,
+in an image FROM the local base whose `python3` sleeps (the suite never finishes) and which carries `VOLUME /data`
+as every image built here does; the signal arrives while the CLI waits for the container.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BASE = "local/debian:bookworm"
+CLI = [sys.executable, "-c", "import sys; from imagebuild.cli import main; sys.exit(main())"]
+
+
+def _docker(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def sleeping_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """FROM the local base: a `python3` that sleeps (the smoke suite that never ends) and VOLUME /data."""
+    if _docker("version", "--format", "{{.Server.Version}}", timeout=30).returncode != 0:
+        pytest.skip("no Docker engine answers; run scripts/setup.sh")
+    ctx = tmp_path_factory.mktemp("sleeping")
+    (ctx / "python3").write_text("#!/bin/sh\nexec sleep 600\n")
+    (ctx / "Dockerfile").write_text(
+        f"FROM {BASE}\nCOPY --chmod=755 python3 /usr/local/bin/python3\nRUN mkdir -p /data\nVOLUME /data\n"
+    )
+    tag = f"imagebuild-h34cli:sleeping-{uuid.uuid4().hex[:8]}"
+    built = subprocess.run(
+        ["docker", "build", "-q", "--network", "host", "-t", tag, str(ctx)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DOCKER_BUILDKIT": "1"},
+        timeout=600,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr
+    yield tag
+    _docker("rmi", "-f", tag)
+
+
+def _containers(image: str, every: bool = True) -> list[str]:
+    args = ["ps", "-q", "--no-trunc", "--filter", f"ancestor={image}"]
+    return _docker(*args, *(["-a"] if every else [])).stdout.split()
+
+
+def _volumes(container: str) -> list[str]:
+    out = _docker("inspect", "--format", "{{range .Mounts}}{{if .Name}}{{.Name}} {{end}}{{end}}", container).stdout
+    return out.split()
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_during_smoke_removes_the_container_its_volume_and_the_smoke_folder(
+    sleeping_image: str, tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
+    reports = tmp_path / "reports"
+    before = set(_containers(sleeping_image))  # another case's leftovers (on a failure) are not this one's
+    argv = [*CLI, "smoke", sleeping_image, "--gpu", "none", "--report", str(reports / "report.json")]
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        running: list[str] = []
+        while not running and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.3)
+            running = [c for c in _containers(sleeping_image, every=False) if c not in before]
+        assert running, f"no smoke container started: {proc.poll()} {proc.stderr.read() if proc.stderr else ''}"
+        volumes = _volumes(running[0])
+        assert volumes, "the image's VOLUME /data made no volume: nothing would be checked"
+        assert [p.name for p in reports.glob(".smoke-*")], "the smoke folder was not made"
+        proc.send_signal(sig)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == code, stderr[-2000:]
+    assert stderr.strip().splitlines()[-1].startswith("error: "), stderr[-2000:]
+    assert "Traceback" not in stderr
+    assert running[0] not in _containers(sleeping_image), "the smoke container is still there"
+    left = [v for v in volumes if _docker("volume", "inspect", v).returncode == 0]
+    assert left == [], f"its anonymous volume is still there: {left}"
+    assert list(reports.glob(".smoke-*")) == [], "the .smoke-* folder is still there"
+
+
+@pytest.mark.docker
+def test_an_interrupt_between_create_and_its_answer_still_removes_the_container(
+    sleeping_image: str, tmp_path: Path
+) -> None:
+    """The signal lands after the engine created the container but before the SDK returned it to run_smoke:
+    the real engine creates it, then the interrupt is raised there (what SIGTERM does at that instant)."""
+    from imagebuild.engine.docker import docker_client
+    from imagebuild.prove.smoke import run_smoke
+    from imagebuild.signals import Terminated
+
+    client = docker_client()
+
+    class Interrupted:  # the real engine's containers, whose create returns only after the signal
+        def __getattr__(self, name: str) -> object:
+            return getattr(client.containers, name)
+
+        def create(self, *args: object, **kwargs: object) -> object:
+            client.containers.create(*args, **kwargs)
+            raise Terminated()
+
+    class Client:
+        containers = Interrupted()
+        images = client.images
+
+    image = client.images.get(sleeping_image)
+    report = tmp_path / "reports" / "report.json"
+    with pytest.raises(Terminated):
+        run_smoke(Client(), image, "none", report, report.with_name("junit.xml"), sleeping_image)
+    assert _containers(sleeping_image) == [], "the container created before the interrupt is still there"
+    assert list(report.parent.glob(".smoke-*")) == []
