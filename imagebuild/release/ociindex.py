@@ -194,7 +194,8 @@ def _attestation_refusal(entry: Mapping[str, object], manifest: Mapping[str, obj
         return "listed for no platform, not unknown/unknown"
     if listed != UNKNOWN:
         return f"listed for {'/'.join(p for p in listed if p)}, not unknown/unknown"
-    if annotations.get(REFERENCE_DIGEST) not in images:
+    about = annotations.get(REFERENCE_DIGEST)
+    if not isinstance(about, str) or about not in images:
         return f"its {REFERENCE_DIGEST} names no platform image of this index"
     if (
         not isinstance(layers, list)
