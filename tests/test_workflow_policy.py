@@ -606,11 +606,19 @@ OLD_SMOKE_CLEANUP = """if [ -n "${PULLED:-}" ]; then docker image rm "$PULLED" >
 
 def container_left(cleanup: str, tmp_path: Path) -> bool:
     """A smoke killed mid-run (cancelled) leaves its container running; the job's always() cleanup runs then."""
+    # an image of its own (a label makes a new ID): the cleanup removes every container of PULLED's image and its
+    # descendants, so the test must never name an image other work runs (local/debian:bookworm is shared)
     image = f"h7-smoke-cleanup:{uuid.uuid4().hex[:8]}"
-    assert subprocess.run(["docker", "tag", "local/debian:bookworm", image], capture_output=True).returncode == 0
-    run = subprocess.run(["docker", "run", "-d", "--network", "none", image, "sleep", "300"],
+    made = subprocess.run(["docker", "build", "-q", "-t", image, "-"], capture_output=True, text=True, timeout=300,
+                          input=f"FROM local/debian:bookworm\nLABEL h7.smoke-cleanup={image}\n")  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    image_id = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", image],
+                              capture_output=True, text=True, timeout=60).stdout.strip()  # fmt: skip
+    assert image_id != subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", "local/debian:bookworm"],
+                                      capture_output=True, text=True, timeout=60).stdout.strip()  # fmt: skip
+    # imagebuild smoke creates its container from the image's ID, not from the name the job pulled
+    run = subprocess.run(["docker", "run", "-d", "--network", "none", image_id, "sleep", "300"],
                          capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert run.returncode == 0, run.stderr
     container = run.stdout.strip()
     tmp_path.mkdir(parents=True, exist_ok=True)
     try:
