@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from imagecontract.driver import DeviceNode, Gpu, Identity, cuda_gpus, detect_kind, nodes_for, rocm_gpus
-from imagecontract.targets import covers
+from imagecontract.targets import TargetError, covers, parse_list
 
 
 @dataclass
@@ -248,8 +248,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=Path("/"))
     args = parser.parse_args(argv)
     facts = gather(args.root)
-    if args.arch is not None:
-        facts.image, facts.image_arches = "--arch", [a for a in args.arch.replace(",", ";").split(";") if a]
+    if args.arch is not None:  # any spelling the arch table takes (`gfx942:xnack-`, `9.0`, `MI300X`)
+        try:
+            facts.image, facts.image_arches = "--arch", [t.id for t in parse_list(args.arch, variants=True)]
+        except TargetError as exc:
+            parser.error(str(exc))
     print(json.dumps(as_dict(facts), indent=2) if args.json else "\n".join(describe(facts)))
     return 0 if not facts.problems() else 1
 
