@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
 from imagebuild.engine.reference import parse_reference
 from imagebuild.engine.registry import Registry, RegistryError, RepoRef
 
 DOCKER_HUB = "registry-1.docker.io"
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+MEDIA_TYPE = re.compile(r"[a-z0-9][a-z0-9.+-]*/[a-z0-9][a-z0-9.+-]*")
 INDEX_TYPES = (
     "application/vnd.docker.distribution.manifest.list.v2+json",
     "application/vnd.oci.image.index.v1+json",
@@ -56,9 +59,17 @@ def resolve_remote(ref: str, platforms: list[str], limit: float | None = None) -
         manifest = json.loads(body)
     except (ValueError, RecursionError):
         raise RegistryError(f"{host}/{repo}:{reference}: the manifest is not JSON") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("manifests", []), list):
+        raise RegistryError(f"{host}/{repo}:{reference}: the manifest is not a JSON object of its kind")
+    if not MEDIA_TYPE.fullmatch(media_type or ""):
+        raise RegistryError(f"{host}/{repo}:{reference}: the registry says no media type (or a malformed one)")
     per_platform: dict[str, str] = {}
     if media_type in INDEX_TYPES or "manifests" in manifest:
         for child in manifest.get("manifests", []):
+            if not isinstance(child, dict) or not isinstance(child.get("platform") or {}, dict):
+                continue
+            if not DIGEST.fullmatch(str(child.get("digest"))):  # what the lock (and FROM) may hold: sha256 + 64 hex
+                raise RegistryError(f"{host}/{repo}:{reference}: an index entry's digest is not sha256:<64 hex>")
             plat = child.get("platform") or {}
             name = f"{plat.get('os')}/{plat.get('architecture')}"
             if plat.get("variant") and plat.get("architecture") != "arm64":

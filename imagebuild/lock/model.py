@@ -75,16 +75,14 @@ PipUrl = Annotated[
     Field(pattern=r"^(https?://[A-Za-z0-9][A-Za-z0-9._~%+,=:@/!-]*|file:///[A-Za-z0-9._~%+,=@/!-]+)$", max_length=4096),
 ]
 Host = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.-]*(:[0-9]{1,5})?$", max_length=255)]
-Repository = Annotated[str, Field(pattern=r"^[a-z0-9]+([._/-][a-z0-9]+|__[a-z0-9]+)*$", max_length=255)]
+Repository = Annotated[str, Field(pattern=r"^[a-z0-9]+((\.|_|__|-+|/)[a-z0-9]+)*$", max_length=255)]
 MediaType = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.+-]*/[a-z0-9][a-z0-9.+-]*$", max_length=255)]
 Size = Annotated[int, Field(ge=0, le=1 << 50)]
 Python = Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+$", max_length=16)]
 PyPlatform = Annotated[str, Field(pattern=r"^[a-z0-9_]+-[a-z0-9_]+$", max_length=64)]
 Arch = Annotated[str, Field(pattern=r"^[a-z0-9]+$", max_length=32)]
 Suite = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.-]*$", max_length=64)]
-SubPath = Annotated[
-    str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*$", max_length=1024)
-]
+SubPath = Annotated[str, Field(max_length=1024), AfterValidator(_note)]  # only ever JSON
 
 
 def _items(n: int) -> Any:

@@ -121,12 +121,13 @@ def _compile(
         for name, lines in (("in.txt", plain), ("constraints.txt", constraints), ("overrides.txt", overrides)):
             (work / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
         out = work / "pylock.toml"
-        cmd = ["uv", "pip", "compile", "--no-config", "--quiet", "--python-version", spec["python"]]
-        cmd += ["--python-platform", spec["platform"], "--index-url", spec["index_url"]]
-        cmd += ["-c", str(work / "constraints.txt"), "--override", str(work / "overrides.txt")]
-        cmd += ["-o", str(out), str(work / "in.txt")]
+        # Every value as --option=value (a value can never be read as an option), the one positional after --.
+        cmd = ["uv", "pip", "compile", "--no-config", "--quiet", f"--python-version={spec['python']}"]
+        cmd += [f"--python-platform={spec['platform']}", f"--index-url={spec['index_url']}"]
+        cmd += [f"--constraint={work / 'constraints.txt'}", f"--override={work / 'overrides.txt'}"]
+        cmd += [f"--output-file={out}", "--", str(work / "in.txt")]
         if spec.get("find_links"):
-            cmd[3:3] = ["--find-links", os.environ.get("PIP_FIND_LINKS", spec["find_links"])]
+            cmd.insert(3, f"--find-links={os.environ.get('PIP_FIND_LINKS', spec['find_links'])}")
         if spec.get("no_deps"):
             cmd.insert(3, "--no-deps")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_"))}
