@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from imagecontract.blob import UnreadableFile, open_regular, read_bounded
-from imagecontract.codeobjects import BUNDLE_MAGIC, CCOB_MAGIC, FATBIN_MAGIC, VerifyError, list_code_objects
-from imagecontract.cuda_fatbin import cuda_cell, describe
+from imagecontract.codeobjects import BUNDLE_MAGIC, CCOB_MAGIC, FATBIN_MAGIC, Listing, VerifyError, list_code_objects
+from imagecontract.cuda_fatbin import PTX_TEXT_HEAD, cuda_cell, describe, ptx_text_target
 from imagecontract.targets import device_configs, loads_on
 
 COVERED = ("present", "partial", "compatible", "ptx")
@@ -117,17 +117,24 @@ def scan(root: Path, skip: Iterable[Path] = ()) -> Scan:
         try:
             with open_regular(path, follow=False) as fh:
                 head = fh.read(64)
-            kind = _sniff(head) if len(head) >= MIN_SIZE else None
+                text_ptx = path.suffix == ".ptx" and head.lstrip().startswith((b"//", b".version"))
+                if text_ptx:  # PTX as a text file: its `.target` line (cuda_fatbin.ptx_text_target)
+                    head += fh.read(PTX_TEXT_HEAD - len(head))
+            kind = "ptx-text" if text_ptx else _sniff(head) if len(head) >= MIN_SIZE else None
             if kind is None:
                 continue
             read += 1
-            listing = list_code_objects(path, follow=False)
+            if kind == "ptx-text":
+                target = ptx_text_target(head)
+                listing = Listing(str(path), ptx=[target] if target else [])
+            else:
+                listing = list_code_objects(path, follow=False)
         except (OSError, VerifyError) as exc:
             _unreadable(errors, path, exc)
             continue
         if not listing.code_objects and not listing.ptx:
             continue
-        bare = kind == "object" or not listing.entries or listing.entries[0].startswith("amdgpu-elf")
+        bare = kind != "elf" or not listing.entries or listing.entries[0].startswith("amdgpu-elf")
         key = str(path.parent) if bare else str(path)
         lib = libraries.setdefault(key, Library(key, "kernel-files" if bare else "library", files=0))
         lib.files += 1

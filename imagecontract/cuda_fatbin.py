@@ -115,6 +115,23 @@ def container_entries(blob: Blob) -> list[Entry]:
     return list(entries)
 
 
+# PTX shipped as text files (flashinfer 0.7.2.post1 keeps its KDA kernels as `data/csrc/kda/ptx/*.ptx`, each
+# `.target sm_103a`), loaded by the driver's JIT at run time: the `.target` directive names the arch (PTX ISA,
+# "Module Directives: .target"), found in the first PTX_TEXT_HEAD bytes (after nvcc's comment header and
+# `.version`).
+PTX_TEXT_HEAD = 64 << 10
+_PTX_TARGET = re.compile(rb"^[ \t]*\.target[ \t]+sm_(\d{1,3})(\d)([af]?)\b", re.M)
+
+
+def ptx_text_target(head: bytes) -> str | None:
+    """`compute_103a` for a PTX text file whose head declares `.target sm_103a`; None when it declares none."""
+    match = _PTX_TARGET.search(head[:PTX_TEXT_HEAD])
+    if not match:
+        return None
+    major, minor, variant = match.groups()
+    return f"compute_{int(major)}{int(minor)}{variant.decode()}"
+
+
 def wrapper_count(segment: Blob) -> int:
     """How many fat binaries `.nvFatBinSegment` registers (its `__fatBinC_Wrapper_t` records with the magic)."""
     count = 0

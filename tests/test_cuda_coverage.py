@@ -3,10 +3,11 @@ nvcc 13 compiles here with known arches and on real NVIDIA binaries from PyPI wh
 NVIDIA's own cuobjdump (the PyPI wheel nvidia-cuda-cuobjdump).
 
 Wheels come from PyPI with pip (pinned version and sha256: pip refuses any other bytes), cached under
-build/cache/pypi-wheels; nothing over 1 MB is committed. The small set (cuRAND 77 MB, CuPy 69 MB, cuobjdump 0.3
-MB) runs by default; the serving stack itself (torch 2.14.0 555 MB, vLLM 0.33.0 336 MB, NCCL 2.30.7 216 MB,
-cuDNN 9.24.0.43 553 MB) runs with IMAGEBUILD_BIG_WHEELS=1 and must match tests/data/arch-coverage-vllm-0.33.0.json.
-IMAGEBUILD_OFFLINE=1 skips the tests that download (saying so); otherwise a failed download is a failure.
+build/cache/pypi-wheels; nothing over 1 MB is committed. The small set (cuRAND 77 MB, CuPy 69 MB, flashinfer
+62 MB, cuobjdump 0.3 MB) runs by default; the serving stack itself (torch 2.14.0 555 MB, vLLM 0.33.0 336 MB,
+NCCL 2.30.7 216 MB, cuDNN 9.24.0.43 553 MB) runs with IMAGEBUILD_BIG_WHEELS=1 and must match
+tests/data/arch-coverage-vllm-0.33.0.json. IMAGEBUILD_OFFLINE=1 skips the tests that download (saying so);
+otherwise a failed download is a failure.
 """
 
 from __future__ import annotations
@@ -57,6 +58,12 @@ SMALL = [
         "14.2.0",
         "cupy_cuda13x-14.2.0-cp312-cp312-manylinux2014_x86_64.whl",
         "9aafadbe29db3d4285026044aafeb28f2a3de4bd0df70718ec6892b7d27a4ded",
+    ),
+    (
+        "flashinfer-python",
+        "0.7.2.post1",
+        "flashinfer_python-0.7.2.post1-py3-none-any.whl",
+        "bfdc18b9e1e4d8d0730fe4343dc0e284cd0c160086de80f99888bc4867922d49",
     ),
 ]
 BIG = [
@@ -377,7 +384,7 @@ def small_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip("IMAGEBUILD_OFFLINE=1: PyPI wheels not downloaded")
     site = tmp_path_factory.mktemp("site")
     for pin in SMALL:
-        unpack(wheel(pin), site, re.compile(r"\.so(\.\d+)*$"))
+        unpack(wheel(pin), site, re.compile(r"\.so(\.\d+)*$|\.ptx$"))
     return site
 
 
@@ -414,6 +421,36 @@ SMALL_EXPECTED = {
 
 
 @offline
+def test_flashinfer_ships_ptx_text_for_one_chip(small_site: Path) -> None:
+    """flashinfer 0.7.2.post1 has no fat binary: its prebuilt device code is four PTX text files `.target sm_103a`
+    (KDA kernels), which only a 10.3 GPU (B300/GB300) can JIT; required, every other arch refuses."""
+    raw = scan_root(small_site, "sm_100,sm_103,sm_120")
+    rows = {lib["path"]: lib for lib in raw["libraries"]}
+    kda = rows["/flashinfer/data/csrc/kda/ptx"]
+    assert (kda["kind"], kda["files"], kda["owner"]) == ("kernel-files", 4, "python:flashinfer-python")
+    assert (kda["code_objects"], kda["ptx"]) == ([], ["compute_103a"])
+    assert kda["via"] == {"sm_100": "none", "sm_103": "ptx-jit from compute_103a", "sm_120": "none"}
+    doc = judge(raw, {}, "wheels", [Required.parse("flashinfer-python")])
+    assert {g.arch for g in doc.gaps if not g.allowed} == {"sm_100", "sm_120"}
+    assert "it carries no cubins + PTX compute_103a" in disallowed(doc)
+
+
+@needs_nvcc
+@pytest.mark.toolchain
+def test_ptx_text_files_nvcc_writes_are_read_by_their_target(tmp_path: Path) -> None:
+    (tmp_path / "k.cu").write_text("__global__ void k(float *x) { x[threadIdx.x] *= 2.0f; }\n")
+    for arch in ("compute_90a", "compute_100f", "compute_120"):
+        out = tmp_path / "ptx" / f"{arch}.ptx"
+        out.parent.mkdir(exist_ok=True)
+        subprocess.run([str(NVCC), "-ptx", f"-arch={arch}", str(tmp_path / "k.cu"), "-o", str(out)], check=True)
+        assert cf.ptx_text_target(out.read_bytes()) == arch
+    (row,) = scan(tmp_path / "ptx").libraries
+    assert (row.kind, row.files, row.ptx) == ("kernel-files", 3, ["compute_100f", "compute_120", "compute_90a"])
+    assert status("sm_121", row.code_objects, row.ptx) == "ptx"  # compute_120 JITs forward
+    assert cf.ptx_text_target(b"// no target line\n.version 9.0\n") is None
+
+
+@offline
 def test_real_wheels_through_the_scanner(small_site: Path) -> None:
     """The in-image scanner run over the unpacked wheels (as host_scan does for an exported image): rows, owners
     from the wheels' RECORD files, and the rule's answer per library x arch."""
@@ -444,7 +481,7 @@ def test_real_wheels_a_required_library_refuses_an_arch(small_site: Path) -> Non
     assert not doc.ok
     refused = {g.library for g in doc.gaps if not g.allowed}
     assert refused and all(p.startswith("/cupy/") for p in refused)
-    assert {g.arch for g in doc.gaps} == {"sm_110"}
+    assert {g.arch for g in doc.gaps if not g.allowed} == {"sm_110"}
     line = disallowed(doc)
     assert "\n" not in line and "/cupy/" in line and "has no sm_110 code (required (cupy-cuda13x)" in line
     assert "it carries sm_75, sm_80, sm_86, sm_89, sm_90, sm_100f, sm_120f + PTX compute_120" in line
