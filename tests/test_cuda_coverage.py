@@ -91,6 +91,12 @@ BIG = [
         "nvidia_cudnn_cu13-9.24.0.43-py3-none-manylinux_2_27_x86_64.whl",
         "71f181cd810e90f9b6023b01186fe82d13d65f0ec098581ee201d39fad769e4b",
     ),
+    (
+        "nvidia-cutlass-dsl-libs-cu13",
+        "4.8.0",
+        "nvidia_cutlass_dsl_libs_cu13-4.8.0-cp312-cp312-manylinux_2_28_x86_64.whl",
+        "463cd7f0c452ffeeecb530a15aeb1b10cbbd2c8da6c5aa2fecf65f836258a732",
+    ),
 ]
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_18_x86_64", "manylinux2014_x86_64")
 MAX_MEMBER = 1 << 30  # one file taken out of a wheel
@@ -566,13 +572,15 @@ def stack_table(site: Path) -> dict[str, Any]:
 
 @pytest.mark.skipif(os.environ.get("IMAGEBUILD_BIG_WHEELS") != "1", reason="set IMAGEBUILD_BIG_WHEELS=1 (1.7 GB)")
 def test_serving_stack_wheels_match_the_committed_table(tmp_path: Path) -> None:
-    """torch 2.14.0, vLLM 0.33.0, NCCL 2.30.7 and cuDNN 9.24.0.43: the table per library x arch, and the verdicts
-    with torch, vLLM's two general extensions, NCCL and cuDNN required: sm_80..sm_121a pass; sm_75 fails naming
-    torch's libtorch_cuda_linalg.so (it carries sm_80 and up); sm_110 (Thor) fails on cuDNN and torch."""
+    """torch 2.14.0, vLLM 0.33.0, NCCL 2.30.7, cuDNN 9.24.0.43 and the CUTLASS DSL 4.8.0: the table per library x
+    arch, and the verdicts with torch, vLLM's two general extensions, NCCL and cuDNN required: sm_80..sm_121a pass;
+    sm_75 fails naming torch's libtorch_cuda_linalg.so (it carries sm_80 and up); sm_110 (Thor) fails on cuDNN and
+    torch. The CUTLASS DSL's libraries carry no device code (it compiles kernels at run time): no row of theirs."""
     golden = json.loads(GOLDEN.read_text())
     for pin in BIG:
         assert golden["wheels"][pin[2]] == pin[3]
         unpack(wheel(pin), tmp_path, re.compile(r"\.so(\.\d+)*$"))
+    assert len(list((tmp_path / "nvidia_cutlass_dsl").rglob("*.so*"))) >= 2
     assert stack_table(tmp_path) == golden["table"]
     need = [Required.parse(r) for r in golden["required"]]
     for arches, verdict in golden["verdicts"].items():
