@@ -23,6 +23,7 @@ from pathlib import Path
 from imagecontract.blob import read_bounded
 from imagecontract.numbers import ascii_int, is_ascii_int, shown
 from imagecontract.targets import AMD_PRODUCTS
+from imagecontract.text import printable
 
 MAX_DRIVER_FILE = 1 << 16  # a sysfs or procfs file (one page, 4 KiB, in practice)
 
@@ -79,11 +80,10 @@ def gfx_name(version: int) -> str | None:
 
 
 def _properties(path: Path) -> dict[str, str]:
+    """A KFD node's `key value` lines; OSError when the file cannot be read whole (absent, not a regular file,
+    over MAX_DRIVER_FILE): the caller must not take that node for a CPU."""
     out: dict[str, str] = {}
-    try:
-        text = read_bounded(path, MAX_DRIVER_FILE).decode("ascii", "replace")
-    except OSError:
-        return out
+    text = read_bounded(path, MAX_DRIVER_FILE, what="a KFD properties file").decode("ascii", "replace")
     for line in text.splitlines():
         key, _, value = line.strip().partition(" ")
         if key:
@@ -106,7 +106,12 @@ def rocm_gpus(root: Path = Path("/")) -> list[Gpu]:
         return []
     gpus: list[Gpu] = []
     for node in nodes:
-        props = _properties(node / "properties")
+        try:
+            props = _properties(node / "properties")
+        except OSError as exc:  # kept as a GPU whose arch cannot be read: silence would hide it (issue 34)
+            why = printable(exc.strerror or exc, 120)
+            gpus.append(Gpu(len(gpus), "amd", None, f"AMD GPU? (KFD node {node.name}: properties unreadable: {why})"))
+            continue
         raw = props.get("gfx_target_version")
         version = ascii_int(raw, 9)
         if raw is not None and version is None:  # a GPU whose arch cannot be read: kept, the caller cannot decide

@@ -15,8 +15,10 @@ from imagebuild.engine.features import FEATURES
 from imagebuild.engine.reference import image_argument
 from imagebuild.errors import ConfigError
 from imagebuild.prove.doctor import as_dict, describe, engine_since, gather
+from imagecontract.text import printable
 
 MANIFEST = "/opt/imagebuild/manifest.json"
+MAX_MANIFEST_TAR = 16 << 20  # the manifest is a few KB; its tar archive from the engine is bounded by this
 
 
 def image_arches(obj: dict[str, object], given: str) -> tuple[str, list[str], str | None]:
@@ -35,19 +37,28 @@ def image_arches(obj: dict[str, object], given: str) -> tuple[str, list[str], st
     container = client.api.create_container(image.id, command=["true"], entrypoint=[], network_disabled=True)
     try:
         stream, _ = client.api.get_archive(container["Id"], MANIFEST)
-        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+        archive = bytearray()
+        for chunk in stream:  # the image's file: bounded before it is read whole
+            archive += chunk
+            if len(archive) > MAX_MANIFEST_TAR:
+                raise ValueError(f"the archive of {MANIFEST} is larger than {MAX_MANIFEST_TAR >> 20} MiB")
+        with tarfile.open(fileobj=io.BytesIO(bytes(archive))) as tar:
             member = tar.extractfile(tar.getmembers()[0])
-            data = json.loads(member.read() if member else b"{}")
-        arches = [str(a) for a in [*data.get("gpu_arches", []), *data.get("experimental_arches", [])]]
-        return str(image.id), arches, None
+            data = json.loads(member.read(MAX_MANIFEST_TAR) if member else b"{}")
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        lists = [data.get(key, []) for key in ("gpu_arches", "experimental_arches")]
+        if not all(isinstance(items, list) and all(isinstance(a, str) for a in items) for items in lists):
+            raise ValueError("gpu_arches and experimental_arches must be lists of strings")
+        return str(image.id), [a for items in lists for a in items], None
     except NotFound:
         label = labels.get("io.imagebuild.arches", "")
         arches = [a for a in label.split(";") if a and a != "none"]
         return str(image.id), arches, f"{MANIFEST} not in the image: arches from its label ({label or 'none'})"
     except (DockerException, ValueError, tarfile.TarError) as exc:
-        raise ConfigError(f"cannot read {MANIFEST} from {given}: {exc}") from None
+        raise ConfigError(f"cannot read {MANIFEST} from {given}: {printable(exc, 300)}") from None
     finally:
-        client.api.remove_container(container["Id"], force=True)
+        client.api.remove_container(container["Id"], force=True, v=True)  # and the image's VOLUME's volume
 
 
 def engine_report(require: tuple[str, ...]) -> dict[str, object]:

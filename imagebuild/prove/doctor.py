@@ -19,8 +19,19 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagecontract.driver import DeviceNode, Gpu, Identity, cuda_gpus, detect_kind, nodes_for, rocm_gpus
+from imagecontract.blob import read_bounded
+from imagecontract.driver import (
+    MAX_DRIVER_FILE,
+    DeviceNode,
+    Gpu,
+    Identity,
+    cuda_gpus,
+    detect_kind,
+    nodes_for,
+    rocm_gpus,
+)
 from imagecontract.targets import TargetError, covers, parse_list
+from imagecontract.text import printable
 
 
 @dataclass
@@ -45,34 +56,60 @@ class HostFacts:
             return {}
         return {g.index: bool(g.arch) and covers(self.image_arches, str(g.arch)) for g in self.gpus}
 
+    @property
+    def cpu_image(self) -> bool:
+        """An image was given and declares no GPU arch: it runs on the CPU, so no GPU fact can stop it."""
+        return self.image_arches is not None and not self.image_arches
+
     def problems(self) -> list[str]:
-        out = [] if self.gpus else [f"no GPU found ({self.kind} driver)" if self.kind != "none" else "no GPU driver"]
-        out += [f"cannot open {n.path}: {n.error}" for n in self.nodes if not n.openable]
-        if self.image_arches is not None and not self.image_arches:
-            out.append(f"{self.image} declares no GPU arches")
-        fit = self.fit()
+        """What stops this host running GPU containers (or IMAGE). A host without a GPU driver is a fact, not a
+        problem, unless IMAGE has GPU code; for a CPU image (no GPU arch declared) the GPU facts are facts."""
         arches = ", ".join(self.image_arches or [])
+        if self.cpu_image:
+            return []
+        if self.kind == "none":
+            return [f"no GPU driver: {self.image} holds code for GPUs only ({arches})"] if self.image_arches else []
+        out = [] if self.gpus else [f"no GPU found ({self.kind} driver)"]
+        out += [f"cannot open {n.path}: {n.error}" for n in self.nodes if not n.openable]
+        unread = [g for g in self.gpus if g.arch is None and g.vendor == "amd"]  # the KFD always says it
+        out += [f"{g.describe()}: its arch cannot be read, so no image can be checked against it" for g in unread]
+        fit = self.fit()
         out += [
             f"GPU {g.index} ({g.arch}) is not covered by {self.image} ({arches})"
             for g in self.gpus
-            if not fit.get(g.index, True)
+            if not fit.get(g.index, True) and g not in unread
         ]
         return out
 
+    def verdict(self) -> str:
+        """The last line when nothing stops it: what this host runs."""
+        if self.cpu_image:
+            return f"{self.image} declares no GPU arches: it runs on the CPU, on this host as on any"
+        if self.kind == "none":
+            return "no GPU driver on this host: it runs CPU containers (no GPU flags to give)"
+        return "this host can run " + (self.image or "GPU containers")
+
 
 def driver_version(root: Path, kind: str) -> str | None:
-    """amdgpu's module version (DKMS builds; in-tree kernels have none), or NVIDIA's /proc version line."""
+    """amdgpu's module version (DKMS builds; in-tree kernels have none), or NVIDIA's /proc version line; each
+    file read bounded (MAX_DRIVER_FILE), one line of at most 200 printable characters."""
     if kind == "rocm":
         version = root / "sys/module/amdgpu/version"
         if version.is_file():
-            return "amdgpu " + version.read_text().strip()
+            return "amdgpu " + (_first_line(version) or "(version unreadable)")
         return "amdgpu (in-tree)" if (root / "sys/module/amdgpu").is_dir() else "amdkfd"
     if kind == "cuda":
-        try:
-            return (root / "proc/driver/nvidia/version").read_text().splitlines()[0].strip()
-        except (OSError, IndexError):
-            return None
+        return _first_line(root / "proc/driver/nvidia/version")
     return None
+
+
+def _first_line(path: Path) -> str | None:
+    try:
+        lines = read_bounded(path, MAX_DRIVER_FILE, what="a driver version file").decode("utf-8", "replace")
+    except OSError:
+        return None
+    first = lines.strip().splitlines()[:1]
+    return printable(first[0].strip(), 200) if first else None
 
 
 def gather(root: Path = Path("/"), who: Identity | None = None) -> HostFacts:
@@ -207,6 +244,7 @@ def as_dict(facts: HostFacts) -> dict[str, object]:
         "fit": {str(k): v for k, v in facts.fit().items()},
         "problems": facts.problems(),
         "ok": not facts.problems(),
+        "verdict": facts.problems()[0] if facts.problems() else facts.verdict(),
         "docker_run": run_flags(facts),
         "compose": compose_snippet(facts),
         "kubernetes": kubernetes_snippet(facts),
@@ -234,12 +272,12 @@ def describe(facts: HostFacts) -> list[str]:
         lines += ["compose:", *("  " + line for line in compose_snippet(facts).splitlines())]
         lines += ["kubernetes (pod spec):", *("  " + line for line in kubernetes_snippet(facts).splitlines())]
     problems = facts.problems()
-    lines += [f"problem: {p}" for p in problems] or ["ok: this host can run " + (facts.image or "GPU containers")]
-    return lines
+    lines += [f"problem: {p}" for p in problems] or [f"ok: {facts.verdict()}"]
+    return [printable(line, None) for line in lines]  # names, arches and notes come from drivers and images
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stdlib entry point (no engine: give the image's arches with --arch): 0 fits, 1 does not."""
+    """Stdlib entry point (no engine: give the image's arches with --arch, '' for a CPU image): 0 fits, 1 not."""
     import argparse
 
     parser = argparse.ArgumentParser(description="host GPUs, device nodes and container flags")
