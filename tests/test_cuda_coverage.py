@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from imagebuild.prove.coverage import Required, disallowed, judge
 from imagebuild.prove.host_scan import scan_root
@@ -313,6 +315,37 @@ def test_an_entry_payload_cannot_run_past_its_container() -> None:
     struct.pack_into("<Q", data, 16 + 8, 1 << 20)  # the first entry's payload claims 1 MiB
     with pytest.raises(VerifyError, match="runs past its fat binary"):
         cf.container_entries(Blob(bytes(data), len(data)))
+
+
+@settings(derandomize=True, database=None, deadline=1000, max_examples=1500)
+@given(st.data())
+def test_fuzzed_sections_end_in_a_result_or_one_short_error(data: st.DataObject) -> None:
+    """Mutated `.nv_fatbin` / `__nv_relfatbin` / `.nvFatBinSegment` sections and PTX heads: carried() returns or
+    raises VerifyError with one short line; never another exception, never a hang (the deadline)."""
+    from tests.test_kernel_verify import elf_with
+
+    good = fatbin([(2, 80, 0x11), (2, 100, 0x1200011), (1, 90, 0x108011)])
+    wrapper = struct.pack("<IIQQ", cf.WRAPPER_MAGIC, 1, 0, 0)
+    parts = {cf.LOADED: bytearray(good + good), cf.RELOCATABLE: bytearray(good), cf.WRAPPERS: bytearray(wrapper * 2)}
+    for _ in range(data.draw(st.integers(1, 5))):
+        name = data.draw(st.sampled_from(sorted(parts)))
+        section = parts[name]
+        at = data.draw(st.integers(0, max(0, len(section) - 1)))
+        fmt = data.draw(st.sampled_from(["<H", "<I", "<Q", "cut"]))
+        if fmt == "cut":
+            del section[at:]
+        else:
+            value = data.draw(st.sampled_from([0, 1, 15, 16, 47, 48, 0x7FFFFFFF, 0xFFFFFFFF, (1 << 64) - 1]))
+            section[at : at + struct.calcsize(fmt)] = struct.pack(fmt, value & ((1 << (8 * struct.calcsize(fmt))) - 1))
+    elf = elf_with({name: bytes(section) for name, section in parts.items()})
+    try:
+        found = cf.carried(co.elf_section_blobs(Blob(elf, len(elf))))
+    except VerifyError as exc:
+        assert str(exc) and "\n" not in str(exc) and len(str(exc)) < 300
+        return
+    assert all(e.kind in ("cubin", "ptx", "lto") or e.kind.startswith("kind-") for e in found.loaded)
+    target = cf.ptx_text_target(b".version 9.0\n" + data.draw(st.binary(max_size=200)))
+    assert target is None or re.fullmatch(r"compute_\d{2,4}[af]?", target)
 
 
 # --- nvcc's own output ---------------------------------------------------------------------------------------
