@@ -126,3 +126,67 @@ def test_an_interrupt_between_create_and_its_answer_still_removes_the_container(
         run_smoke(Client(), image, "none", report, report.with_name("junit.xml"), sleeping_image)
     assert _containers(sleeping_image) == [], "the container created before the interrupt is still there"
     assert list(report.parent.glob(".smoke-*")) == []
+
+
+# --- terminal controls from files are printed as `?`, never acted on (issue 34, LOW) -----------------------
+
+CONTROLS = "\x1b[2J\x1b]0;owned\x07\x9b31m\u202e"  # clear screen, OSC retitle + BEL, C1 CSI, a bidi override
+HOSTILE_CSV = (
+    f"Validator,PT_VERSION,2.5.0{CONTROLS}\n"
+    f"Validator,GCN_ARCH_NAME{CONTROLS},gfx942\n"
+    f"GemmTunableOp_Half_TN,tn_8192_7_28672,Gemm_Rocblas_1{CONTROLS}\x00,0.09\n"
+)
+
+
+def _no_controls(text: str) -> None:
+    assert not [c for c in text if not c.isprintable() and c != "\n"], repr(text[:400])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("inspect",),
+        ("check", "--expect", f"PT_VERSION=2.5.0{CONTROLS}"),  # matched: the value is printed
+        ("check", "--expect", "PT_VERSION=2.6.0"),  # differs: named in a problem and the error line
+    ],
+)
+def test_tunableop_prints_a_files_control_characters_as_question_marks(cli, tmp_path: Path, args) -> None:  # noqa: ANN001
+    results = tmp_path / "tunableop_results0.csv"
+    results.write_text(HOSTILE_CSV)
+    out = cli("tunableop", *args[:1], str(results), *args[1:])
+    assert out.exception is None and out.exit_code in (0, 1), out.stdout + out.stderr
+    _no_controls(out.stdout)
+    _no_controls(out.stderr)
+    assert ("Gemm_Rocblas_1" if args[0] == "inspect" else "PT_VERSION") in out.stdout
+
+
+def test_tunableop_merge_names_differing_validators_without_their_controls(cli, tmp_path: Path) -> None:  # noqa: ANN001
+    one, two = tmp_path / "a.csv", tmp_path / "b.csv"
+    one.write_text(HOSTILE_CSV)
+    two.write_text(HOSTILE_CSV.replace("GCN_ARCH_NAME", "GCN_ARCH_NAMF"))
+    out = cli("tunableop", "merge", "--out", str(tmp_path / "m.csv"), str(one), str(two))
+    assert out.exit_code == 1 and "validators differ" in out.stderr, out.stdout + out.stderr
+    _no_controls(out.stderr)
+
+
+# --- kernels explain --table: a file that is not a regular file is refused, not "no table installed" -------
+
+
+@pytest.mark.parametrize("kind", ["/dev/zero", "fifo", "missing", "oversize"])
+def test_kernels_explain_refuses_a_table_that_is_not_a_readable_file(cli_subprocess, tmp_path: Path, kind: str) -> None:  # noqa: ANN001
+    table = {"/dev/zero": Path("/dev/zero"), "missing": tmp_path / "none.json"}.get(kind, tmp_path / "t.json")
+    if kind == "fifo":
+        os.mkfifo(table)
+    elif kind == "oversize":
+        table.write_bytes(b" " * ((16 << 20) + 1))
+    out = cli_subprocess("kernels", "explain", "4096", "4096", "1", "fp16", "--table", str(table))
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert out.exit_code == 2 and len(errors) == 1 and str(table) in errors[0], out.stdout + out.stderr
+    assert "no measured table" not in out.stdout and "Traceback" not in out.stderr
+
+
+def test_kernels_explain_refuses_a_fifo_named_by_the_environment(cli_subprocess, tmp_path: Path) -> None:  # noqa: ANN001
+    fifo = tmp_path / "table.json"
+    os.mkfifo(fifo)
+    out = cli_subprocess("kernels", "explain", "4096", "4096", "1", "fp16", env={"IMAGEBUILD_SKINNY_TABLE": str(fifo)})
+    assert out.exit_code == 2 and "IMAGEBUILD_SKINNY_TABLE" in out.stderr and "FIFO" in out.stderr, out.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -12,7 +13,11 @@ import click
 
 from imagebuild.errors import CheckFailed, ConfigError
 from imagecontract import verify as kv
+from imagecontract.blob import read_bounded
 from imagecontract.codeobjects import VerifyError, list_code_objects
+from imagecontract.text import printable
+
+MAX_TABLE = 16 << 20  # a measured table is a few hundred KB
 
 
 @click.group("kernels")
@@ -69,8 +74,15 @@ def explain(n: int, k: int, m: int, dtype: str, table: Path | None) -> None:
     """What skinny_linear runs for x [M, K] @ w [N, K]^T, and the measurements the choice rests on."""
     t = _table_module()
     name = {"fp16": "float16", "bf16": "bfloat16"}.get(dtype, dtype)
+    given = table if table is not None else Path(os.environ[t.TABLE_ENV]) if os.environ.get(t.TABLE_ENV) else None
+    if given is not None:  # a table someone named must be one: /dev/zero or a FIFO is not "no table installed"
+        try:
+            read_bounded(given, MAX_TABLE, what="a skinny table")
+        except OSError as exc:
+            where = "--table" if table is not None else t.TABLE_ENV
+            raise ConfigError(f"{where} {printable(exc.filename, 200)}: {exc.strerror}") from None
     try:
-        doc = t.load_table(table)
+        doc = t.load_table(given)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot read the skinny table: {exc}") from None
     click.echo("\n".join(t.explain(doc, name, n, k, m)))

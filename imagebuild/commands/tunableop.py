@@ -12,6 +12,7 @@ from imagebuild.tunableop import results as top
 from imagebuild.tunableop import shapes as tunableop_shapes
 from imagecontract.atomic import write_atomic
 from imagecontract.blob import read_bounded
+from imagecontract.text import printable
 
 _FILE = click.Path(path_type=Path, dir_okay=False)
 
@@ -37,7 +38,7 @@ def inspect_cmd(files: tuple[Path, ...], as_json: bool) -> None:
     for p in parsed:
         click.echo(f"{p.source}: {len(p.rows)} result(s)")
         for k, v in p.validators.items():
-            click.echo(f"  validator {k} = {v}")
+            click.echo(f"  validator {printable(k, 200)} = {printable(v)}")
         header = ("op", "dtype", "layout", "tokens", "in", "out", "solution", "ms")
         table = [header] + [
             (
@@ -47,7 +48,7 @@ def inspect_cmd(files: tuple[Path, ...], as_json: bool) -> None:
                 str(r.shape.tokens) + (f"x{r.shape.batch}" if r.shape.batch else ""),
                 str(r.shape.in_features),
                 str(r.shape.out_features),
-                r.solution,
+                printable(r.solution, 200),  # the file's own text: no terminal control reaches the screen
                 _fmt_time(r),
             )
             for r in p.rows
@@ -82,16 +83,16 @@ def check_cmd(file: Path, image: str | None, expect: tuple[str, ...], gpu: str, 
     else:
         click.echo(f"{file}: compared with {report.source}")
         for note in report.notes:
-            click.echo(f"note: {note}")
+            click.echo(f"note: {printable(note)}")
         for key in report.matched:
-            click.echo(f"ok       {key} = {results.validators[key]}")
+            click.echo(f"ok       {printable(key, 200)} = {printable(results.validators[key])}")
         for line in report.problems():
-            click.echo(f"PROBLEM  {line}")
+            click.echo(f"PROBLEM  {printable(line, 1000)}")
     if not report.ok:
         keys = [k for k, _, _ in report.mismatched] + [k for k, _ in report.missing] + report.extra
         keys += report.undetermined
         raise CheckFailed(
-            f"{file}: torch would reject the whole file; check {', '.join(keys)}",
+            f"{file}: torch would reject the whole file; check {printable(', '.join(keys), 300)}",
             hint=f"compared with {report.source}",
         )
 

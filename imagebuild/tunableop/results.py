@@ -19,6 +19,7 @@ from pathlib import Path
 from imagebuild.errors import CheckFailed, ConfigError
 from imagebuild.matrix.fields import excerpt
 from imagecontract import tunableop_csv
+from imagecontract.text import printable
 
 # Validators torch has written. ROCm: PT_VERSION, ROCM_VERSION (older) or HIP_VERSION (newer),
 # HIPBLASLT_VERSION, ROCBLAS_VERSION, GCN_ARCH_NAME. CUDA: PT_VERSION only.
@@ -299,7 +300,7 @@ class CheckReport:
         out += [f"{key}: missing from the file (expected {want!r})" for key, want in self.missing]
         out += [f"{key}: in the file but not registered by the consumer's torch" for key in self.extra]
         out += [f"{key}: could not be determined from {self.source}" for key in self.undetermined]
-        return out
+        return [printable(line, 600) for line in out]  # keys are the file's own text: printed, never acted on
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -369,6 +370,7 @@ def merge(files: Sequence[ResultsFile]) -> ResultsFile:
             detail = "; ".join(
                 f"{k}: {first.validators.get(k, '<absent>')!r} vs {other.validators.get(k, '<absent>')!r}" for k in keys
             )
+            detail = printable(detail, 600)
             raise CheckFailed(f"validators differ between {first.source} and {other.source}: {detail}")
     best: dict[tuple[str, str], Row] = {}
     for f in files:
