@@ -5,6 +5,11 @@ One line per input: `ok`, `unreachable: why` or `changed: expected X got Y` (an 
 accepts and never answers costs that, no more): images through the registry API (token flow included), git
 commits by a fetch of the commit object alone, pip files through the index's simple API (PEP 691 JSON, else the
 PEP 503 page's `#sha256=` fragments), files from a local wheelhouse by hashing them.
+
+What is asked is what the MATRIX names (its specs); the lock gives only the pins the answers are compared with, so
+no URL written into the lock is ever fetched. A `file:` URL is read only inside the wheelhouse the matrix (or
+$PIP_FIND_LINKS) names, only a regular file (opened without blocking: a FIFO or /dev/zero is refused), at most its
+locked size and within the deadline.
 """
 
 from __future__ import annotations
@@ -217,7 +222,7 @@ def _local_file(url: str, sha256: str, size: int | None, allowed: list[Path], de
     digest = hashlib.sha256()
     read = 0
     try:
-        with open_regular(real) as fh:
+        with open_regular(real, follow=False) as fh:  # real holds no link: one swapped in since is refused
             while chunk := fh.read(1 << 20):
                 read += len(chunk)
                 if read > bound:
