@@ -481,3 +481,29 @@ def test_a_fifo_or_device_as_the_matrix_is_refused(tmp_path: Path, kind: str, cl
         and result.stderr == f"error: {matrix}: cannot read the matrix: is {words}, not a regular file\n"
     )
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    ("where", "field", "value", "said"),
+    [
+        ("build/build-report.json", ("targets", 0, "tags"), 5, "build/build-report.json: targets[0] not used: tags:"),
+        ("build/build-report.json", ("targets",), {"a": 1}, "build/build-report.json: not a build report: targets:"),
+        ("build/publish/local-cpu/publish-report.json", ("refs",), 5, "not a publish report: refs:"),
+        ("build/publish/local-cpu/publish-report.json", ("platforms",), [1], "not a publish report: platforms:"),
+        ("build/publish/local-cpu/linux-amd64/publish-report.json", ("refs",), 5, "not a publish report: refs:"),
+        ("build/publish/local-cpu/linux-amd64/signing.json", ("attached",), 5, "not a signing record: attached:"),
+        ("build/publish/local-cpu/linux-amd64/signing.json", ("signed_by",), ["x"], "not a signing record: signed_by:"),
+    ],
+)
+def test_a_record_of_the_wrong_shape_is_not_used(tmp_path: Path, where: str, field: tuple, value, said: str) -> None:
+    """Found by replacing each field of each record with another type (5, [1], {"a": 1}): these were tracebacks."""
+    cpu_evidence(tmp_path, published=True)
+    doc = json.loads((tmp_path / where).read_text())
+    here = doc
+    for step in field[:-1]:
+        here = here[step]
+    here[field[-1]] = value
+    _write(tmp_path / where, doc)
+    page = page_for(tmp_path)
+    assert [w for w in page.warnings if said in w], page.warnings
+    assert "<html" in render(page)

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from imagebuild.matrix.oci import slug
 from imagebuild.plan.image_key import ImageKey
+from imagebuild.report import records
 from imagecontract.blob import MissingFile, read_bounded
 from imagecontract.models import ArchCoverage, ModelError, SmokeReport
 
@@ -53,6 +54,7 @@ class Evidence:
     warnings: list[str] = field(default_factory=list)
     unreadable: set[Path] = field(default_factory=set)  # there, but not read or not JSON: never written over
     _cache: dict[Path, Any] = field(default_factory=dict)
+    _checked: dict[tuple[Path, type], Any] = field(default_factory=dict)
 
     @property
     def build_dir(self) -> Path:
@@ -95,19 +97,37 @@ class Evidence:
 
     # --- the documents, by where their writers put them -------------------------------------------------
 
+    def record(self, path: Path, model: type[records._Record], what: str) -> dict[str, Any] | None:
+        """A record checked by its model (records.py): its fields, None when absent or (a warning, once) when it
+        does not fit."""
+        if (path, model) in self._checked:
+            return self._checked[(path, model)]
+        doc = self.json(path)
+        value = None
+        if doc is not None:
+            try:
+                value = records.checked(model, doc)
+            except records.ValidationError as exc:
+                self.warnings.append(f"{said(self.rel(path))}: not {what}: {validation_said(exc)}: not used")
+        self._checked[(path, model)] = value
+        return value
+
     def build_entries(self) -> dict[str, dict[str, Any]]:
-        """build/build-report.json targets by name (`local-cpu`, `local-cpu-linux-arm64`), with the report's time."""
-        doc = self.json(self.build_dir / "build-report.json")
-        if not isinstance(doc, dict) or not isinstance(doc.get("targets"), list):
-            if doc is not None:
-                self.warnings.append("build/build-report.json: no targets list")
+        """build/build-report.json targets by name (`local-cpu`, `local-cpu-linux-arm64`), with the report's time;
+        an entry that does not fit records.BuildEntry is left out (a warning naming it)."""
+        path = self.build_dir / "build-report.json"
+        doc = self.record(path, records.BuildReport, "a build report")
+        if doc is None:
             return {}
-        created = doc.get("created") if isinstance(doc.get("created"), str) else None
-        return {
-            str(t["target"]): {**t, "created": created}
-            for t in doc["targets"]
-            if isinstance(t, dict) and isinstance(t.get("target"), str)
-        }
+        out = {}
+        for i, entry in enumerate(doc["targets"]):
+            try:
+                checked = records.checked(records.BuildEntry, entry)
+            except records.ValidationError as exc:
+                self.warnings.append(f"{self.rel(path)}: targets[{i}] not used: {validation_said(exc)}")
+                continue
+            out[checked["target"]] = {**checked, "created": doc["created"]}
+        return out
 
     def smoke_report(self, key: ImageKey) -> tuple[SmokeReport | None, Path]:
         """The smoke report of this image where `imagebuild smoke` writes it (ImageKey.smoke_dir), checked."""
@@ -165,17 +185,16 @@ class Evidence:
         for path in dict.fromkeys(
             (index_dir / slug(key.oci) / "publish-report.json", key.publish_dir(self.root) / "publish-report.json")
         ):
-            doc = self.json(path)
-            if isinstance(doc, dict) and not doc.get("platforms"):
+            doc = self.record(path, records.PublishReport, "a publish report")
+            if doc is not None and not doc["platforms"]:
                 return doc, path
         return None, None
 
     def index_report(self, key: ImageKey) -> tuple[dict[str, Any] | None, Path]:
         """The OCI index's publish report of this image's target (the first platform's ImageKey.publish_dir)."""
         path = key.on(key.platforms[0]).publish_dir(self.root) / "publish-report.json"
-        doc = self.json(path)
-        return (doc if isinstance(doc, dict) and doc.get("platforms") else None), path
+        doc = self.record(path, records.PublishReport, "a publish report")
+        return (doc if doc is not None and doc["platforms"] else None), path
 
     def signing(self, publish_report: Path) -> dict[str, Any] | None:
-        doc = self.json(publish_report.with_name("signing.json"))
-        return doc if isinstance(doc, dict) else None
+        return self.record(publish_report.with_name("signing.json"), records.SigningRecord, "a signing record")
