@@ -1,7 +1,8 @@
 """The image manifest and kernels.json (docs/contracts.md), with the defaults used when an image has none.
 
 The manifest is read through the contract's model (`imagecontract.models.Manifest`) and arches are matched by the
-contract's one rule (`imagecontract.targets.loads_on`): the host writes what the image reads, in one shape."""
+contract's one rule (`imagecontract.targets.covers`, the preflight's; a per-arch table is keyed through
+`imagecontract.models.manifest.covering`): the host writes what the image reads, in one shape."""
 
 from __future__ import annotations
 
@@ -12,9 +13,8 @@ from typing import Any
 
 from imagecontract.blob import read_bounded
 from imagecontract.models import KernelsReport, ModelError
-from imagecontract.models.manifest import ComponentEntry, Runtime, Versions
+from imagecontract.models.manifest import ComponentEntry, Runtime, Versions, covering
 from imagecontract.models.manifest import Manifest as ImageManifest
-from imagecontract.targets import loads_on
 
 DEFAULT_MANIFEST = "/opt/imagebuild/manifest.json"
 DEFAULT_KERNELS_JSON = "/opt/imagebuild/kernels.json"
@@ -97,16 +97,21 @@ class Manifest:
     def supports(self, arch: str) -> bool:
         return bool(self.doc and self.doc.supports(arch))
 
+    def coverage(self, arch: str) -> tuple[str, str] | None:
+        """The image arch whose code runs on ``arch`` and how (``("sm_80", "cubin compatible")``), or None."""
+        return self.doc.coverage(arch) if self.doc else None
+
     def attention_backends(self, arch: str, vendor: str) -> tuple[list[str], str]:
-        """Backends to force for ``arch`` and where the list came from."""
+        """Backends to force for ``arch`` and where the list came from: the device's own key, else the nearest
+        arch whose code runs on it (an sm_86 GPU takes an sm_80 image's list: its cubins run there)."""
         if self.doc is None:
             return list(DEFAULT_BACKENDS[vendor]), "default (no manifest)"
         table = self.doc.attention_backends
         if arch in table:
             return list(table[arch]), f"manifest[{arch}]"
-        for key, value in table.items():
-            if loads_on(key, arch):
-                return list(value), f"manifest[{key}]"
+        found = covering(table, arch)
+        if found is not None:
+            return list(table[found[0]]), f"manifest[{found[0]}] ({found[1]})"
         return ["math"], f"manifest lists no attention backends for {arch}: math only"
 
 

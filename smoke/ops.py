@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from imagecontract.targets import loads_on
+from imagecontract.targets import covers
 from smoke.context import Context
 from smoke.result import CheckResult
 
@@ -69,6 +69,6 @@ def op_applies(ctx: Context) -> str | None:
     if not comp or not ctx.on_gpu:
         return None
     arches = comp.arches + comp.experimental
-    if arches and not any(loads_on(a, ctx.info.arch) for a in arches):
+    if arches and not covers(arches, ctx.info.arch):  # the preflight's rule: sm_80 kernels run on sm_86
         return f"{COMPONENT} is built for {', '.join(arches)}, not {ctx.info.arch}"
     return None

@@ -91,15 +91,17 @@ def inspect(importer: Importer = importlib.import_module) -> AttentionState:
 
 
 def promises_for(promises: dict[str, dict[str, bool]], arch: str | None) -> dict[str, bool]:
-    """The promises made for the device's arch: its exact ID, else the image arch it runs (gfx942 for
-    gfx942:sramecc+:xnack-, by the contract's `loads_on`)."""
+    """The promises made for the device's arch: its exact ID, else the nearest image arch whose code runs on it
+    (gfx942 for gfx942:sramecc+:xnack-; sm_80 for sm_86, its cubins run there), by the preflight's one rule
+    (imagecontract.models.manifest.covering)."""
     if not arch:
         return {}
     if arch in promises:
         return promises[arch]
-    from imagecontract.targets import loads_on
+    from imagecontract.models.manifest import covering
 
-    return next((p for image_arch, p in promises.items() if loads_on(image_arch, arch)), {})
+    found = covering(promises, arch)
+    return promises[found[0]] if found else {}
 
 
 def failures(promises: dict[str, dict[str, bool]], arch: str | None, state: AttentionState) -> list[str]:

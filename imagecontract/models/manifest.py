@@ -6,11 +6,13 @@ The host writes it (render), the image reads it (smoke suite), and the host read
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
+from imagecontract.cuda_fatbin import CELL_KINDS, parse_name
 from imagecontract.models._base import Model, doc
-from imagecontract.targets import loads_on
+from imagecontract.targets import canonical, covers, runs_on, split_id
 
 MANIFEST_SCHEMA_VERSION = 1
 
@@ -163,8 +165,13 @@ class Manifest(Model):
         return self.gpu_arches + self.experimental_arches
 
     def supports(self, device_arch: str) -> bool:
-        """The device runs code of one of the image's arches (LLVM's target ID rule; CUDA by processor)."""
-        return any(loads_on(a, device_arch) for a in self.image_arches())
+        """The device runs code of one of the image's arches: the one rule the preflight applies
+        (imagecontract.targets.covers: LLVM's target ID rule; CUDA's cubin, `a`/`f` and PTX JIT rules)."""
+        return covers(self.image_arches(), device_arch)
+
+    def coverage(self, device_arch: str) -> tuple[str, str] | None:
+        """The image arch whose code runs on the device and how (`("sm_80", "cubin compatible")`), or None."""
+        return covering(self.image_arches(), device_arch)
 
     def included(self, name: str) -> bool:
         entry = self.components.get(name)
@@ -173,3 +180,31 @@ class Manifest(Model):
     def components_like(self, fragment: str) -> list[str]:
         """Included components whose name contains `fragment` (e.g. the flash-attention builds)."""
         return sorted(n for n, c in self.components.items() if fragment in n and c.included)
+
+
+def _nearness(key: str, device: str, how: str) -> tuple[int, int, int]:
+    """How near `key`'s code is to `device` among keys whose code runs there (smaller is nearer): the kind of
+    coverage (exact before compatible cubin, family, PTX JIT), then CUDA's highest compute capability (every
+    covering key is at or below the device's), AMD's own processor before a generic target, then more features."""
+    rank = 0 if how == "loads" else CELL_KINDS.index(how)
+    entry = parse_name(key)
+    if entry is not None:
+        return (rank, -(entry.major * 10 + entry.minor), 0)
+    code, dev = split_id(canonical(key)), split_id(canonical(device))
+    own = bool(code and dev and code[0] == dev[0])
+    return (rank, 0 if own else 1, -len(code[1]) if code else 0)
+
+
+def covering(keys: Iterable[str], device: str) -> tuple[str, str] | None:
+    """The key of a per-arch table (an image's arches, `attention_backends`, `runtime.attention`) whose promise
+    holds on `device`, and how that key's code runs there (imagecontract.targets.runs_on); None when no key's code
+    runs there. The device's own ID first; else the nearest key whose code runs on it (_nearness): an sm_86 GPU
+    gets an sm_80 image's promises, its cubins run there; an sm_100 GPU none of sm_90a's."""
+    keys = list(keys)
+    if device in keys:
+        how = runs_on(device, device)
+        return (device, how) if how else None
+    found = [(key, how) for key in keys if (how := runs_on(key, device))]
+    if not found:
+        return None
+    return min(found, key=lambda pair: _nearness(pair[0], device, pair[1]))

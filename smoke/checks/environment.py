@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from imagecontract.targets import loads_on
+from imagecontract.targets import covers
 from smoke.context import Context
 from smoke.device import gfx_from_override
 from smoke.result import CheckResult
@@ -92,7 +92,12 @@ def _check_gpu(ctx: Context, res: CheckResult) -> None:
     if info.probe_error:
         res.fail(f"the GPU is visible but could not be queried: {info.probe_error}")
         return
+    # Every "runs on" below is the preflight's rule (imagecontract.targets.covers): AMD by LLVM's target ID rule
+    # (the processor, or a generic target holding it, and the features the code fixes); CUDA by its cubin rule (an
+    # sm_80 cubin runs on sm_86), `a` (its compute capability only), `f` (its family) and PTX JIT (forward).
     if man.present:
+        coverage = man.coverage(info.arch)  # which image arch's code runs on the device, and how
+        res.numbers["arch_coverage"] = {"image_arch": coverage[0], "runs": coverage[1]} if coverage else None
         if not man.image_arches():
             res.fail(f"a GPU ({info.arch}) is visible but the image was built for no GPU arch (cpu image)")
         elif not man.supports(info.arch):
@@ -100,16 +105,16 @@ def _check_gpu(ctx: Context, res: CheckResult) -> None:
                 f"device arch {info.arch} is not among the arches the image was built for: "
                 f"{', '.join(man.image_arches())}"
             )
-        elif not any(loads_on(a, info.arch) for a in man.gpu_arches):
+        elif not covers(man.gpu_arches, info.arch):
             res.warnings.append(f"device arch {info.arch} is experimental in this image")
     else:
         res.warnings.append("no manifest: the device arch was not checked against the image's arches")
-    if info.torch_arches and not _torch_covers(info.arch, info.torch_arches):
+    if info.torch_arches and not covers(info.torch_arches, info.arch):
         res.warnings.append(f"torch was compiled for {', '.join(info.torch_arches)}, not for {info.arch}")
     kernels = man.kernels_report
     if kernels is not None:
-        objects = kernels.code_objects
-        if not any(loads_on(a, info.arch) for a in objects):
+        objects = [*kernels.code_objects, *kernels.ptx]  # PTX (compute_XY) runs forward by JIT: coverage too
+        if not covers(objects, info.arch):
             res.fail(
                 f"kernels.json: {kernels.library} holds code objects for "
                 f"{', '.join(objects) or 'none'}, "
@@ -117,13 +122,6 @@ def _check_gpu(ctx: Context, res: CheckResult) -> None:
             )
     check_driver(man.doc.platform.min_driver if man.doc else None, info.vendor, res)
     _check_override(ctx, res)
-
-
-def _torch_covers(arch: str, torch_arches: list[str]) -> bool:
-    if arch.startswith("sm_"):
-        cc = int(arch[3:])
-        return any(a == arch or (a.startswith("compute_") and int(a[8:]) <= cc) for a in torch_arches)
-    return any(loads_on(a, arch) for a in torch_arches)
 
 
 def _check_override(ctx: Context, res: CheckResult) -> None:
