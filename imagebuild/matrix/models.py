@@ -35,7 +35,7 @@ from imagebuild.matrix.fields import (
     Url,
     Version,
 )
-from imagebuild.matrix.oci_rules import OciPlatform, OciRules
+from imagebuild.matrix.oci_rules import BASELINE, OciPlatformName, OciRules
 from imagebuild.matrix.runtimes import Runtime
 from imagebuild.matrix.sources import Patch, Source, Strict
 
@@ -251,8 +251,8 @@ class TargetGroup(Strict):
     include: list[Combo] = Field(default=[], description="Combinations added to the cross product.")
     exclude: list[Combo] = Field(default=[], description="Combinations removed from the cross product.")
     allow_experimental: bool = Field(default=False, description="Accept experimental arches for these targets.")
-    oci_platforms: list[OciPlatform] = Field(
-        default=["linux/amd64"],
+    oci_platforms: list[OciPlatformName] = Field(
+        default=[BASELINE],
         min_length=1,
         description="OCI (CPU) platforms each target is built for; one tag is an index of them all.",
     )
@@ -289,7 +289,7 @@ class MatrixModel(Strict):
     runtimes: dict[Name, Runtime] = Field(default={}, description="Serving runtimes, by name.")
     tunableop: TunableOp = Field(default=TunableOp(), description="TunableOp defaults of every image.")
     targets: list[TargetGroup] = Field(description="Target groups: axes crossed into the images to build.")
-    oci_platforms: dict[OciPlatform, OciRules] = Field(
+    oci_platforms: dict[OciPlatformName, OciRules] = Field(
         default={},
         description="Per OCI platform other than linux/amd64: what exists there and what differs.",
     )

@@ -12,8 +12,8 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from imagebuild.errors import ConfigError
+from imagebuild.matrix.oci_platform import OciPlatform as OciPlatform
 from imagebuild.matrix.oci_rules import BASELINE as BASELINE
-from imagebuild.matrix.oci_rules import OciPlatform as OciPlatform
 from imagebuild.matrix.oci_rules import OciRules as OciRules
 from imagebuild.matrix.oci_rules import slug as slug
 

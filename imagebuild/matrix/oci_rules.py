@@ -21,10 +21,12 @@ from imagebuild.matrix.fields import (
     Version,
 )
 from imagebuild.matrix.fields import _typed as typed
+from imagebuild.matrix.oci_platform import BASELINE as _BASELINE
+from imagebuild.matrix.oci_platform import KNOWN, schema_pattern
 from imagebuild.matrix.sources import Strict
 
-BASELINE = "linux/amd64"
-OciPlatform = typed("an OCI platform (linux/amd64 or linux/arm64)", r"linux/(?:amd64|arm64)")
+BASELINE = _BASELINE.oci
+OciPlatformName = typed(f"an OCI platform ({' or '.join(p.oci for p in KNOWN)})", schema_pattern())
 
 
 class PlatformOnOci(Strict):

@@ -10,22 +10,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from imagebuild.errors import ConfigError
+from imagebuild.matrix.oci_platform import platform
 
 if TYPE_CHECKING:
     from imagebuild.matrix import Target
 
-# OCI architecture (${TARGETARCH}) -> the machine name in wheel platform tags
-WHEEL_ARCH = {"amd64": "x86_64", "arm64": "aarch64", "ppc64le": "ppc64le", "s390x": "s390x"}
-
 
 def oci_arch(oci: str) -> str:
-    """linux/arm64 -> arm64, linux/arm64/v8 -> arm64: the value of ${TARGETARCH} (a stage-name suffix)."""
-    parts = oci.split("/")
-    if len(parts) < 2 or parts[0] != "linux" or parts[1] not in WHEEL_ARCH:
-        known = ", ".join(f"linux/{a}" for a in WHEEL_ARCH)
-        raise ConfigError(f"OCI platform {oci}: no wheel tags known for it (known: {known})")
-    return parts[1]
+    """linux/arm64 -> arm64, linux/arm64/v8 -> arm64: the value of ${TARGETARCH} (a stage-name suffix); a
+    ConfigError for a platform matrix/oci_platform.py does not know."""
+    return platform(oci).architecture
 
 
 def cross_reason(target: Target) -> str | None:

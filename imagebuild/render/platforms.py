@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from imagebuild.errors import ConfigError
 from imagebuild.matrix.oci import slug
-from imagebuild.plan.cross import WHEEL_ARCH, cross_reason, oci_arch, one_dockerfile
+from imagebuild.matrix.oci_platform import platform
+from imagebuild.plan.cross import cross_reason, oci_arch, one_dockerfile
 
 if TYPE_CHECKING:
     from imagebuild.matrix import Matrix
@@ -35,7 +36,7 @@ def _platform_context(plan: TargetPlan, locked: dict[str, str]) -> dict[str, Any
     return {
         "oci": plan.oci,
         "arch": arch,
-        "pyarch": WHEEL_ARCH[arch],
+        "pyarch": platform(plan.oci).machine,
         "base_ref": plan.stage(f"os-{arch}").parent,
         "torch": {
             "reported_version": target.torch.reported_version(target.platform.kind),
