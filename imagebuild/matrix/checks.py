@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import difflib
 import itertools
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from imagebuild.errors import ConfigError
@@ -18,8 +19,9 @@ from imagebuild.matrix import arches
 from imagebuild.matrix.fields import excerpt
 from imagebuild.matrix.loader import KeyPath, _located_error, _Positions
 from imagebuild.matrix.models import Combo, MatrixModel, TargetGroup
+from imagebuild.matrix.oci_platform import KNOWN
 from imagebuild.matrix.oci_rules import BASELINE
-from imagebuild.matrix.runtimes import TgiRuntime
+from imagebuild.matrix.runtimes import PipRuntime, TgiRuntime
 from imagebuild.matrix.sources import Source
 
 Fail = Callable[..., ConfigError]
@@ -226,6 +228,53 @@ def check_oci_references(model: MatrixModel, fail: Fail) -> None:
         for i, oci in enumerate(group.oci_platforms):
             if oci != BASELINE and oci not in model.oci_platforms:
                 raise fail(("targets", g, "oci_platforms", i), f"{oci} has no section under oci_platforms")
+
+
+# What the smoke suite (smoke/serve.py) fills into a runtime's serve argv; the guard of a runtime with `limits`
+# (imagecontract/serve_guard.py) fills `{upstream_port}`, the port it moves the runtime's `{port}` to.
+SERVE_PLACEHOLDERS = ("model", "port")
+GUARD_PLACEHOLDERS = ("upstream_port",)
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+
+
+def check_runtime_limits(model: MatrixModel, fail: Fail) -> None:
+    """Every `{name}` in a runtime's serve argv is one something fills in (a typo would reach the server as text,
+    found only when the smoke suite starts it), and a runtime with `limits` names `{port}`: the guard takes that
+    port and moves the runtime to `{upstream_port}`; without it the guard relays to a port nothing listens on."""
+    for name, runtime in model.runtimes.items():
+        limits = isinstance(runtime, PipRuntime) and runtime.limits is not None
+        known = [f"{{{k}}}" for k in (*SERVE_PLACEHOLDERS, *(GUARD_PLACEHOLDERS if limits else ()))]
+        for i, arg in enumerate(runtime.serve):
+            for used in _PLACEHOLDER.findall(arg):
+                if f"{{{used}}}" not in known:
+                    where = ("runtimes", name, "serve", i)
+                    why = " (the guard of a runtime with limits fills it)" if used in GUARD_PLACEHOLDERS else ""
+                    raise fail(where, f"unknown placeholder '{{{used}}}'{why}", known, f"{{{used}}}")
+        if limits and not any("{port}" in arg for arg in runtime.serve):
+            raise fail(
+                ("runtimes", name, "limits"),
+                "limits put the guard on '{port}' and the runtime behind it, but serve never names '{port}'",
+            )
+
+
+def check_size_budgets(model: MatrixModel, targets: Iterable[str], fail: Fail) -> None:
+    """Every `size_budgets` key is a target's name: a typo would leave the image unbudgeted, found only when the
+    build measures it. A key naming a target and one of its OCI platforms (the image name `local-cpu-linux-arm64`)
+    is refused with what a budget holds for: every OCI platform of its target."""
+    names = list(targets)
+    for key in model.size_budgets:
+        if key in names:
+            continue
+        where = ("size_budgets", key)
+        for oci in KNOWN:
+            stem = key.removesuffix(f"-{oci.slug}")
+            if stem != key and stem in names:
+                raise fail(
+                    where,
+                    f"unknown target '{key}': a budget is per target and holds on every OCI platform it is built "
+                    f"for ({oci.oci} included); name '{stem}'",
+                )
+        raise fail(where, f"unknown target '{key}'", names, key)
 
 
 def _matches(rule: Combo, combo: Combo) -> bool:

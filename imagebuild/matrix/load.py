@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from imagebuild.errors import ConfigError
+from imagebuild.matrix.checks import check_runtime_limits, check_size_budgets, locator
 from imagebuild.matrix.loader import MAX_MATRIX_BYTES, _Positions, parse_text
 from imagebuild.matrix.located import _describe_validation
 from imagebuild.matrix.models import MatrixModel
@@ -61,6 +62,9 @@ def validate(data: Any, pos: _Positions, path: Path, sha256: str) -> Matrix:
     except ValidationError as exc:
         raise _describe_validation(exc, pos, path) from None
     targets = _check_references(model, pos, path)
+    fail = locator(path, pos)  # references to the expanded targets, and from the runtimes' serve argv
+    check_size_budgets(model, [t.name for t in targets], fail)
+    check_runtime_limits(model, fail)
     return Matrix(model, path, sha256, targets)
 
 

@@ -15,6 +15,7 @@ from imagebuild.matrix.checks import Fail, check_group, check_oci_references, ch
 from imagebuild.matrix.fields import ArchForm, excerpt
 from imagebuild.matrix.loader import KeyPath, _Positions, format_path
 from imagebuild.matrix.models import Combo, Component, MatrixModel, Platform, TargetGroup, Torch, TorchBuild, TunableOp
+from imagebuild.matrix.oci_rules import BASELINE
 from imagebuild.matrix.runtimes import PipRuntime, TgiRuntime
 
 
@@ -34,8 +35,8 @@ class Target:
     runtime: TgiRuntime | PipRuntime | None
     tunableop: TunableOp
     allow_experimental: bool
-    oci_platforms: tuple[str, ...] = ("linux/amd64",)  # the OCI (CPU) platforms it is built for
-    oci_platform: str = "linux/amd64"  # the one this target value is for (matrix.oci.for_oci); unplaced: the baseline's
+    oci_platforms: tuple[str, ...] = (BASELINE,)  # the OCI (CPU) platforms it is built for
+    oci_platform: str = BASELINE  # the one this target value is for (matrix.oci.for_oci); unplaced: the baseline's
     oci_notes: tuple[str, ...] = ()  # what differs on that OCI platform, and why (recorded in the manifest)
     left_out: tuple[tuple[str, str], ...] = ()  # optional components absent on that OCI platform, with the reason
     placed: bool = False  # True once for_oci made it the target of one OCI platform (the matrix's are not yet)
