@@ -17,9 +17,10 @@ What a request gets (OpenAI's error shape, `{"error": {"message", "type", "param
   or outside its range, `messages` / `prompt` missing or empty, `n` other than 1, `max_tokens` (or
   `max_completion_tokens`) below 1 or above N. A request without one gets N (transformers would use 1024).
 - A request past the C running waits for a slot (first come, first served), at most Q waiting (4 C unless
-  --max-waiting) for at most --queue-timeout-s (120); past either: 429 with `Retry-After` (seconds, estimated
-  from the recent generations), which OpenAI's clients honour. 503: the runtime is not up (`Retry-After` too);
-  504: it did not answer in time.
+  --max-waiting) for at most --queue-timeout-s (300 s: transformers serve generates one request at a time, so
+  with 4 running and 4 waiting the eighth waited 122 s for its slot on a loaded 2-core host); past either: 429
+  with `Retry-After` (seconds, estimated from the recent generations), which OpenAI's clients honour. 503: the
+  runtime is not up (`Retry-After` too); 504: it did not answer in time.
 - `model` must be the served model (--model): another, or none, is a 404 `model_not_found`, as OpenAI's API
   answers; GET /v1/models lists that one model. Only POST /v1/completions, POST /v1/chat/completions, GET
   /v1/models and GET /health are served, all else is 404.
@@ -82,7 +83,7 @@ class Limits:
     max_concurrency: int
     upstream_timeout_s: float = 300.0
     max_waiting: int | None = None  # requests waiting for a slot; None: 4 x max_concurrency
-    queue_timeout_s: float = 120.0  # how long one waits for a slot
+    queue_timeout_s: float = 300.0  # how long one waits for a slot (transformers serve runs one at a time)
     header_timeout_s: float = 10.0  # the request line and headers, from the connection's start or last answer
     body_timeout_s: float = 30.0  # the whole body, from its headers
     keep_alive_s: int = 5  # an idle connection between requests
@@ -532,7 +533,7 @@ def _arguments(args_in: list[str]) -> tuple[argparse.Namespace, Limits]:
     parser.add_argument("--max-concurrency", type=positive, required=True)
     parser.add_argument("--upstream-timeout-s", type=positive, default=300)
     parser.add_argument("--max-waiting", type=positive, help="requests waiting for a slot (default 4 x concurrency)")
-    parser.add_argument("--queue-timeout-s", type=positive, default=120, help="how long one waits for a slot")
+    parser.add_argument("--queue-timeout-s", type=positive, default=300, help="how long one waits for a slot")
     parser.add_argument("--header-timeout-s", type=positive, default=10, help="a request's line and headers")
     parser.add_argument("--body-timeout-s", type=positive, default=30, help="a request's body, after its headers")
     args = parser.parse_args(args_in)
