@@ -149,3 +149,18 @@ def test_wheel_tags_cover_every_manylinux_level_of_the_glibc() -> None:
     assert tags[-2:] == ["manylinux2014_aarch64", "linux_aarch64"] and "manylinux_2_17_aarch64" in tags
     assert "manylinux_2_28_aarch64" in tags and not any("x86_64" in t for t in tags)
     assert "manylinux1_x86_64" in cross.platforms("x86_64")
+
+
+def test_the_cross_dockerfile_spells_each_platform_as_the_oci_platform_type_does(matrix) -> None:  # type: ignore[no-untyped-def]
+    """issue 30: the stage suffix (${TARGETARCH}), apt's architecture and the wheel machine of each platform come from
+    matrix/oci_platform.py, the one table of platform names."""
+    from imagebuild.matrix.oci_platform import platform
+    from imagebuild.render import dockerfile as render
+
+    target = matrix.target("local-cpu")
+    text = render.render_plan(plan_for(matrix, target, oci=target.oci_platforms[0]), matrix).files["Dockerfile"]
+    for oci in target.oci_platforms:
+        names = platform(oci)
+        assert f"FROM --platform={names.oci} " in text and f" AS os-{names.architecture}\n" in text
+        assert f"-o APT::Architecture={names.debian} " in text
+        assert f"/opt/imagebuild-cross/cross.py platforms {names.machine})" in text

@@ -98,6 +98,8 @@ def over_budget(record: dict[str, Any]) -> str | None:
 
 
 def budget_for(budgets: dict[str, Any], target: str, known: set[str]) -> Any | None:
+    """target's budget (None: unbudgeted). A loaded matrix names only its targets (matrix/checks.py
+    check_size_budgets refuses any other key at load, located); a dict from elsewhere is held to the same rule."""
     unknown = sorted(set(budgets) - known)
     if unknown:
         raise ConfigError(f"size_budgets.{unknown[0]}: no such target", hint=f"targets: {', '.join(sorted(known))}")

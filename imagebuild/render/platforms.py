@@ -32,11 +32,13 @@ def _platform_context(plan: TargetPlan, locked: dict[str, str]) -> dict[str, Any
     target = plan.target
     build = target.torch_build
     arch = oci_arch(plan.oci)
+    names = platform(plan.oci)
     runtime = target.runtime
     return {
         "oci": plan.oci,
-        "arch": arch,
-        "pyarch": platform(plan.oci).machine,
+        "arch": arch,  # ${TARGETARCH}: the stage-name suffix
+        "debian": names.debian,  # apt's architecture (APT::Architecture)
+        "pyarch": names.machine,  # the machine of its wheel tags (cross.py platforms)
         "base_ref": plan.stage(f"os-{arch}").parent,
         "torch": {
             "reported_version": target.torch.reported_version(target.platform.kind),
