@@ -16,15 +16,16 @@ from imagebuild.commands.common import platforms_option
 from imagebuild.engine.docker import GPU_KINDS, docker_client, resolve_image
 from imagebuild.engine.reference import image_argument
 from imagebuild.errors import ConfigError, ImagebuildError
+from imagebuild.matrix.oci_platform import for_host
 from imagebuild.plan.keys import Named, named
 from imagebuild.prove.smoke import judge, run_smoke
-
-HOST_PLATFORMS = {"x86_64": "linux/amd64", "amd64": "linux/amd64", "aarch64": "linux/arm64", "arm64": "linux/arm64"}
 
 
 def host_platform() -> str:
     """The OCI platform this host runs natively (others run under emulation)."""
-    return HOST_PLATFORMS.get(host.machine().lower(), f"linux/{host.machine().lower()}")
+    machine = host.machine().lower()
+    known = for_host(machine)
+    return known.oci if known else f"linux/{machine}"
 
 
 def _runs(named: Named, root: Path) -> list[tuple[str, str | None, Path]]:
