@@ -336,3 +336,40 @@ def test_a_port_outside_1_to_65535_is_refused() -> None:
 
 if __name__ == "__main__" and sys.argv[1:2] == ["upstream"]:
     _upstream(int(sys.argv[2]), sys.argv[3])
+
+
+# --- the smoke `runtime` check holds the image's guard to the same rule --------------------------------------
+
+
+def _smoked(tmp_path: Path, guarded: bool) -> dict[str, object]:
+    """The smoke `runtime` check against test_smoke_runtime's stand-in ("ok"), with the guard in front or not;
+    the manifest declares limits either way (as local-cpu's does)."""
+    pytest.importorskip("uvicorn")
+    from tests.test_smoke_helpers import checks_by_name, cpu_manifest, run_smoke, write_json
+    from tests.test_smoke_runtime import _runtime
+
+    limits = {"max_new_tokens": 32, "max_request_bytes": 65536, "max_concurrency": 2}
+    runtime = _runtime(tmp_path, "ok", limits=limits)
+    if guarded:
+        runtime["serve"] = [
+            sys.executable, str(GUARD), "--port", "{port}", "--model", "{model}", "--max-new-tokens", "32",
+            "--max-request-bytes", "65536", "--max-concurrency", "2", "--",
+            *(a.replace("{port}", "{upstream_port}") for a in runtime["serve"]),
+        ]  # fmt: skip
+    manifest = write_json(tmp_path / "manifest.json", cpu_manifest(runtime=runtime))
+    (tmp_path / "model").mkdir()
+    report = tmp_path / "report.json"
+    run_smoke(tmp_path, "--manifest", str(manifest), "--only", "runtime", "--report", str(report),
+              env={"IMAGEBUILD_SMOKE_MODEL": str(tmp_path / "model")})  # fmt: skip
+    return checks_by_name(report)["runtime"]
+
+
+def test_the_smoke_runtime_check_requires_a_404_for_another_model_behind_the_guard(tmp_path: Path) -> None:
+    check = _smoked(tmp_path, guarded=True)
+    assert check["status"] == "passed", check.get("reason")
+    assert check["numbers"]["hostile"]["another-model"] == 404, check["numbers"]["hostile"]
+
+
+def test_the_smoke_runtime_check_fails_a_server_that_serves_any_model_it_is_asked_for(tmp_path: Path) -> None:
+    check = _smoked(tmp_path, guarded=False)
+    assert check["status"] == "failed" and "another-model: answered 200" in str(check["reason"]), check["reason"]

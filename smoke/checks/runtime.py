@@ -11,6 +11,7 @@ leaves mid-stream; each must get a 4xx or a bounded answer, and the server must 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import statistics
@@ -62,9 +63,29 @@ def _hostile_part(runtime: Runtime, base_url: str, model: str, res: CheckResult)
     limits = runtime.limits.to_dict() if runtime.limits is not None else {}
     res.numbers["limits"] = limits
     numbers, failures = hostile.run(runtime.api, base_url, model, PROMPT, limits)
+    if runtime.api == "openai" and runtime.limits is not None:  # the guard in front (imagecontract/serve_guard.py)
+        failures += _another_model(base_url, numbers)
     res.numbers["hostile"] = numbers
     for failure in failures:
         res.fail(f"hostile client: {failure}")
+
+
+def _another_model(base_url: str, numbers: dict[str, object]) -> list[str]:
+    """A request naming a model the server does not serve: 404 `model_not_found`, as OpenAI's API answers (the
+    runtime must not be asked to load it)."""
+    body = {"model": "imagebuild-smoke-no-such-model", "prompt": PROMPT, "max_tokens": 1}
+    try:
+        answer = hostile.request(base_url, "POST", "/v1/completions", json.dumps(body).encode(), 60.0)
+    except ServeError as exc:
+        return [f"another-model: {exc}"]
+    numbers["another-model"] = answer.status
+    try:
+        code = json.loads(answer.body)["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        code = None
+    if answer.status != 404 or code != "model_not_found":
+        return [f"another-model: answered {answer.status} {answer.body[:120]!r} (404 model_not_found is required)"]
+    return []
 
 
 def _tgi_attention(promises: dict[str, dict[str, bool]], arch: str) -> list[str]:
