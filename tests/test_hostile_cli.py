@@ -190,3 +190,47 @@ def test_kernels_explain_refuses_a_fifo_named_by_the_environment(cli_subprocess,
     os.mkfifo(fifo)
     out = cli_subprocess("kernels", "explain", "4096", "4096", "1", "fp16", env={"IMAGEBUILD_SKINNY_TABLE": str(fifo)})
     assert out.exit_code == 2 and "IMAGEBUILD_SKINNY_TABLE" in out.stderr and "FIFO" in out.stderr, out.stderr
+
+
+def _image_whose_python_prints(tmp_path: Path, text: str) -> str:
+    """FROM the local base: a `python3` that prints `text` and exits 0 (the image's torch probe's answer)."""
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "answer").write_text(text)
+    (ctx / "python3").write_text("#!/bin/sh\ncat /answer\n")
+    (ctx / "Dockerfile").write_text(f"FROM {BASE}\nCOPY answer /answer\nCOPY --chmod=755 python3 /usr/local/bin/\n")
+    tag = f"imagebuild-h34cli:probe-{uuid.uuid4().hex[:8]}"
+    built = subprocess.run(
+        ["docker", "build", "-q", "--network", "host", "-t", tag, str(ctx)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DOCKER_BUILDKIT": "1"},
+        timeout=600,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr
+    return tag
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(
+    "answer",
+    [
+        'IMAGEBUILD-JSON {"torch": "2.5.0\\u001b]0;owned\\u0007", "error": "\\u001b[2Jno GPU\\u0000"}\n',
+        "IMAGEBUILD-JSON [1, 2]\n",  # not an object: as if the image said nothing
+        "IMAGEBUILD-JSON {not json\n",
+    ],
+)
+def test_tunableop_check_prints_what_an_image_says_without_its_controls(
+    sleeping_image: str, cli_subprocess, tmp_path: Path, answer: str
+) -> None:  # noqa: ANN001
+    tag = _image_whose_python_prints(tmp_path, answer)
+    try:
+        results = tmp_path / "r.csv"
+        results.write_text("Validator,PT_VERSION,2.5.0\nGemmTunableOp_Half_TN,tn_8192_7_28672,Gemm_Rocblas_1,0.09\n")
+        out = cli_subprocess("tunableop", "check", str(results), "--image", tag, "--gpu", "none")
+        assert "Traceback" not in out.stderr and out.exit_code in (0, 1, 2), out.stdout + out.stderr
+        _no_controls(out.stdout)
+        _no_controls(out.stderr)
+    finally:
+        _docker("rmi", "-f", tag)

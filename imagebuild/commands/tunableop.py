@@ -81,7 +81,7 @@ def check_cmd(file: Path, image: str | None, expect: tuple[str, ...], gpu: str, 
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=1))
     else:
-        click.echo(f"{file}: compared with {report.source}")
+        click.echo(f"{file}: compared with {printable(report.source)}")
         for note in report.notes:
             click.echo(f"note: {printable(note)}")
         for key in report.matched:
@@ -93,7 +93,7 @@ def check_cmd(file: Path, image: str | None, expect: tuple[str, ...], gpu: str, 
         keys += report.undetermined
         raise CheckFailed(
             f"{file}: torch would reject the whole file; check {printable(', '.join(keys), 300)}",
-            hint=f"compared with {report.source}",
+            hint=f"compared with {printable(report.source)}",
         )
 
 

@@ -20,6 +20,7 @@ from imagebuild.tunableop import shapes as tunableop_shapes
 from imagecontract.atomic import write_atomic
 from imagecontract.blob import read_bounded
 from imagecontract.models import Manifest, ModelError
+from imagecontract.text import printable
 
 if TYPE_CHECKING:
     import docker
@@ -110,7 +111,11 @@ def _run_probe(c: docker.DockerClient, image: str, gpu: str) -> dict[str, Any] |
         return None
     for line in ran.stdout.decode("utf-8", "replace").splitlines():
         if line.startswith("IMAGEBUILD-JSON "):
-            return json.loads(line.removeprefix("IMAGEBUILD-JSON "))
+            try:
+                probe = json.loads(line.removeprefix("IMAGEBUILD-JSON "))
+            except ValueError:
+                return None
+            return probe if isinstance(probe, dict) else None  # the image's own answer: an object or nothing
     return None
 
 
@@ -158,9 +163,10 @@ def image_validators(c: docker.DockerClient, image: str, gpu: str = "auto") -> t
     notes = []
     if probe and probe.get("torch"):
         if probe.get("error"):
-            notes.append(f"torch in the image said: {probe['error']}")
+            notes.append(f"torch in the image said: {printable(probe['error'], 300)}")
         kind = "rocm" if probe.get("hip") else "cuda" if probe.get("cuda") else "cpu"
-        return _from_versions(kind, probe["torch"], f"torch {probe['torch']} in {image} (no GPU)", notes)
+        torch = printable(probe["torch"], 100)  # what the image printed: text for a line, never a control
+        return _from_versions(kind, torch, f"torch {torch} in {image} (no GPU)", notes)
     manifest = _read_manifest(c, image)
     if manifest:
         if manifest.gpu_arches:
@@ -171,7 +177,7 @@ def image_validators(c: docker.DockerClient, image: str, gpu: str = "auto") -> t
     if "io.imagebuild.torch" in labels:
         kind = "rocm" if "rocm" in labels.get("io.imagebuild.platform", "") else "cuda"
         return _from_versions(kind, labels["io.imagebuild.torch"], f"the labels of {image}", notes)
-    why = f" (torch in the image said: {probe['error']})" if probe and probe.get("error") else ""
+    why = f" (torch in the image said: {printable(probe['error'], 300)})" if probe and probe.get("error") else ""
     raise ConfigError(f"cannot tell which torch {image!r} holds: no importable torch, manifest or labels{why}")
 
 
@@ -282,7 +288,7 @@ def run_tuning(
         raise ConfigError(f"cannot run {image} with a {gpu} GPU: {exc.explanation or exc}") from None
     if ran.exit_code != 0:
         tail = ran.stderr.decode("utf-8", "replace").strip().splitlines()[-1:]
-        raise BuildFailed(f"tuning in {image} failed (exit {ran.exit_code}): {' '.join(tail)}")
+        raise BuildFailed(f"tuning in {image} failed (exit {ran.exit_code}): {printable(' '.join(tail), 300)}")
     report = json.loads(read_bounded(Path(io_dir, "report.json"), 64 << 20, follow=False).decode("utf-8"))
     return report, top.load(Path(io_dir, "results", f"tunableop_results{device}.csv"))
 
