@@ -16,6 +16,7 @@ from typing import Any
 
 from imagebuild.engine.reference import parse_reference
 from imagebuild.engine.registry import Registry, RegistryError, RepoRef
+from imagebuild.matrix.oci_platform import default_variant
 
 DOCKER_HUB = "registry-1.docker.io"
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
@@ -72,7 +73,7 @@ def resolve_remote(ref: str, platforms: list[str], limit: float | None = None) -
                 raise RegistryError(f"{host}/{repo}:{reference}: an index entry's digest is not sha256:<64 hex>")
             plat = child.get("platform") or {}
             name = f"{plat.get('os')}/{plat.get('architecture')}"
-            if plat.get("variant") and plat.get("architecture") != "arm64":
+            if plat.get("variant") and plat["variant"] != default_variant(str(plat.get("architecture"))):
                 name += f"/{plat['variant']}"
             if name in platforms and name not in per_platform:
                 per_platform[name] = str(child.get("digest"))

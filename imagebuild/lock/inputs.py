@@ -15,13 +15,13 @@ from typing import Any
 from imagebuild.errors import ConfigError
 from imagebuild.matrix import Matrix, PipRuntime, Source, Target, TgiRuntime
 from imagebuild.matrix.oci import BASELINE, for_oci
+from imagebuild.matrix.oci_platform import platform
 
 # Wheels for glibc >= 2.28: every base here (Ubuntu 22.04: 2.35, Debian bookworm: 2.36) runs them.
 MANYLINUX = "manylinux_2_28"
 # The Debian archive scripts/make-base-image.sh debootstraps a local base from (IMAGEBUILD_DEBIAN_MIRROR or the
 # machine's own mirror override it there; the lock names the default).
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
-DEBIAN_ARCH = {"linux/amd64": "amd64", "linux/arm64": "arm64"}
 # Packages that belong to the torch stage (torch's own requirements): a later stage's set never lists them.
 TORCH_OWNED_PREFIXES = ("torch", "triton", "nvidia-", "pytorch-triton")
 
@@ -62,10 +62,7 @@ def is_local_image(ref: str) -> bool:
 
 def uv_platform(oci: str) -> str:
     """linux/amd64 -> x86_64-manylinux_2_28 (uv's --python-platform)."""
-    arch = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}.get(oci)
-    if arch is None:
-        raise ConfigError(f"no Python platform known for OCI platform {oci}")
-    return f"{arch}-{MANYLINUX}"
+    return platform(oci).uv_platform(MANYLINUX)
 
 
 def collect(matrix: Matrix, names: tuple[str, ...] | list[str] = ()) -> dict[str, Input]:
@@ -185,7 +182,7 @@ def _image(ref: str, oci: str, where: str) -> Input:
 def _debian(ref: str, oci: str, where: str) -> Input:
     """The Debian suite a local base is debootstrapped from: the tag's first word (`bookworm`, `bookworm-arm64`)."""
     suite = ref.rsplit(":", 1)[-1].split("-", 1)[0]
-    spec = {"mirror": DEBIAN_MIRROR, "suite": suite, "architectures": [DEBIAN_ARCH.get(oci, oci)]}
+    spec = {"mirror": DEBIAN_MIRROR, "suite": suite, "architectures": [platform(oci).debian]}
     return Input(f"apt:debian/{suite}", "apt", spec, f"{where} (scripts/make-base-image.sh debootstraps it)")
 
 
