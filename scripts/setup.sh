@@ -136,18 +136,29 @@ sys.exit(Path(imagebuild.__file__).resolve().parents[1] != Path(sys.argv[1]).res
     fi
 }
 
-# Engines (issue 22). The default engine, on /var/run/docker.sock, is Docker 26.1 (docker.io 26.1.5 and containerd
-# 1.7.24 from Debian trixie, unpacked under $DOCKER26_DIR, with bookworm's runc and tini) with the containerd image
-# store on: multi-platform images held locally, OCI media types on push, BuildKit 0.13. Bookworm's Docker 20.10 stays
-# as a second engine with its own socket and data root, for the compatibility tests
-# (IMAGEBUILD_ENGINE=docker20 pytest ..., or DOCKER_HOST=unix:///var/run/imagebuild-docker20.sock).
+# Engines (issue 29). The default engine, on /var/run/docker.sock, is Docker 28.5 (docker.io 28.5.2 and containerd
+# 2.1.9 from Debian's testing release forky, unpacked under $DOCKER28_DIR, with bookworm's runc 1.1.5: forky's runc
+# needs glibc 2.38) with the containerd image store on: multi-platform images held locally, OCI media types on push,
+# the BuildKit vendored in 28.5; buildx 0.29.1 (forky) is the plugin of every client. Two older engines stay, each on
+# its own socket and data root, for the compatibility tests: Docker 26.1 (trixie: docker.io 26.1.5, containerd
+# 1.7.24; the default engine of issue 22, its images and build cache kept where they were) and bookworm's Docker
+# 20.10 (graph-driver store): IMAGEBUILD_ENGINE=docker26 or docker20 pytest ..., or DOCKER_HOST=unix://SOCKET.
+# Every engine and the registry run under scripts/supervise.sh: a daemon that dies is started again, and a second
+# setup.sh starts a supervisor that is gone (state under $SUPERVISE_DIR/<name>; `imagebuild doctor` reads it).
+DOCKER28_DEB_VERSION="28.5.2+dfsg4-5"
+CONTAINERD2_DEB_VERSION="2.1.9+ds1-5"
 DOCKER26_DEB_VERSION="26.1.5+dfsg1-9+deb13u1+b1"
 CONTAINERD17_DEB_VERSION="1.7.24~ds1-6+deb13u1"
-DOCKER26_DIR=/usr/local/lib/imagebuild/docker26
+DOCKER28_DIR="${IMAGEBUILD_DOCKER28_DIR:-/usr/local/lib/imagebuild/docker28}"
+DOCKER26_DIR="${IMAGEBUILD_DOCKER26_DIR:-/usr/local/lib/imagebuild/docker26}"
 ENGINE_SOCK="${IMAGEBUILD_ENGINE_SOCK:-/var/run/docker.sock}"
+DOCKER28_ROOT="${IMAGEBUILD_DOCKER28_ROOT:-/var/lib/imagebuild-docker28}"
+DOCKER26_SOCK="${IMAGEBUILD_DOCKER26_SOCK:-/var/run/imagebuild-docker26.sock}"
 DOCKER26_ROOT="${IMAGEBUILD_DOCKER26_ROOT:-/var/lib/imagebuild-docker26}"
 DOCKER20_SOCK="${IMAGEBUILD_DOCKER20_SOCK:-/var/run/imagebuild-docker20.sock}"
 DOCKER20_ROOT="$DOCKER_ROOT"  # where 20.10 always kept its data: its images and build cache stay with it
+SUPERVISE_DIR="${IMAGEBUILD_SUPERVISE_DIR:-/run/imagebuild/supervise}"
+SUPERVISOR=/usr/local/lib/imagebuild/supervise.sh  # a copy: a running loop never reads a file a checkout changes
 export DOCKER_HOST="unix://${ENGINE_SOCK}"  # every client call below means the default engine unless it says -H
 APT_PACKAGES+=(skopeo)  # an independent reader of what the registry holds (media types, platforms, digests)
 
@@ -155,87 +166,151 @@ server_version() {  # SOCKET: the engine version answering there, empty when non
     timeout 20 "$DOCKER" -H "unix://$1" version --format '{{.Server.Version}}' 2>/dev/null || true
 }
 
-wait_engine() {  # SOCKET LOG PID
-    for _ in $(seq 1 90); do
+install_supervisor() {
+    cmp -s "$REPO_ROOT/scripts/supervise.sh" "$SUPERVISOR" && return
+    mkdir -p "$(dirname "$SUPERVISOR")"
+    install -m 0755 "$REPO_ROOT/scripts/supervise.sh" "$SUPERVISOR.new" && mv "$SUPERVISOR.new" "$SUPERVISOR"
+}
+
+supervisor_pid() {  # NAME: the pid of the loop that keeps NAME running, empty when none runs
+    local pid
+    pid="$(cat "$SUPERVISE_DIR/$1/supervisor.pid" 2>/dev/null || true)"
+    [[ -n "$pid" ]] && tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF "supervise.sh $SUPERVISE_DIR/$1 " \
+        && printf '%s' "$pid"
+    return 0
+}
+
+supervise() {  # NAME SOCKET COMMAND...: start COMMAND under the supervisor (the daemon's log: STATE/daemon.log)
+    local name="$1" sock="$2"
+    shift 2
+    mkdir -p "$SUPERVISE_DIR/$name"
+    log "supervise ${name}: $*"
+    setsid "$SUPERVISOR" "$SUPERVISE_DIR/$name" "$sock" -- "$@" >/dev/null 2>&1 </dev/null &
+}
+
+wait_engine() {  # SOCKET NAME: until an engine answers there, while its supervisor runs
+    for _ in $(seq 1 120); do
         [[ -n "$(server_version "$1")" ]] && return
-        kill -0 "$3" 2>/dev/null || break
+        [[ -n "$(supervisor_pid "$2")" ]] || break
         sleep 0.5
     done
-    log "no engine answers on $1; see $2"
+    log "no engine answers on $1; see $SUPERVISE_DIR/$2/daemon.log"
     exit 1
 }
 
-install_docker26() {
-    local stamp="$DOCKER26_DIR/installed" want="${DOCKER26_DEB_VERSION} ${CONTAINERD17_DEB_VERSION}"
-    if [[ -x "$DOCKER26_DIR/bin/dockerd" && -f "$stamp" ]] \
-        && [[ "$(cat "$stamp")" == "$want $(cat "$DOCKER26_DIR/bin/dockerd" "$DOCKER26_DIR/bin/containerd" | sha256sum | cut -d' ' -f1)" ]]; then
-        return
-    fi
-    local next="$DOCKER26_DIR.new"
-    rm -rf "$next" && mkdir -p "$next/bin"
-    trixie_fetch containerd "$CONTAINERD17_DEB_VERSION"
-    install -m 0755 "$TRIXIE_DIR"/x/usr/bin/{containerd,containerd-shim-runc-v2,ctr} "$next/bin/"
-    trixie_fetch docker.io "$DOCKER26_DEB_VERSION"
-    install -m 0755 "$TRIXIE_DIR"/x/usr/sbin/{dockerd,docker-proxy} "$next/bin/"
-    echo "$want $(cat "$next/bin/dockerd" "$next/bin/containerd" | sha256sum | cut -d' ' -f1)" >"$next/installed"
-    if [[ "$(server_version "$ENGINE_SOCK")" == 26.1.* ]]; then
-        stop_engine "$ENGINE_SOCK" "$DOCKER26_ROOT/dockerd.pid"  # it runs the binaries being replaced
-    fi
-    rm -rf "$DOCKER26_DIR" && mv "$next" "$DOCKER26_DIR"
-}
-
-stop_engine() {  # SOCKET PIDFILE: stop a dockerd this script started (its pidfile names it), else refuse
+stop_engine() {  # SOCKET NAME LEGACY_PIDFILE: stop the engine this script started there (supervised, or by an
+    # earlier setup.sh with setsid: its pidfile names it), else refuse
     local pid
-    pid="$(cat "$2" 2>/dev/null || true)"
-    if [[ -z "$pid" ]] || ! tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "dockerd .*unix://$1"; then
-        log "an engine this script did not start answers on $1: stop it, or set IMAGEBUILD_ENGINE_SOCK"
-        exit 1
+    pid="$(supervisor_pid "$2")"
+    if [[ -z "$pid" ]]; then
+        pid="$(cat "$3" 2>/dev/null || true)"
+        if [[ -z "$pid" ]] || ! tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -q "dockerd .*unix://$1"; then
+            log "an engine this script did not start answers on $1: stop it, or set IMAGEBUILD_ENGINE_SOCK"
+            exit 1
+        fi
     fi
-    log "stopping dockerd ${pid} on $1"
+    log "stopping ${2} (pid ${pid}) on $1"
     kill -TERM "$pid"
     for _ in $(seq 1 120); do
-        kill -0 "$pid" 2>/dev/null || return 0
+        kill -0 "$pid" 2>/dev/null || break
         sleep 0.5
     done
-    log "dockerd ${pid} did not stop within 60 s"
+    for _ in $(seq 1 120); do
+        [[ -z "$(server_version "$1")" ]] && return 0
+        sleep 0.5
+    done
+    log "the engine on $1 did not stop within 60 s"
     exit 1
 }
 
-start_engine() {  # the default engine: Docker 26.1, containerd image store on
-    local version
-    version="$(server_version "$ENGINE_SOCK")"
-    if [[ "$version" == 26.1.* ]]; then
-        "$DOCKER" info --format '{{json .DriverStatus}}' 2>/dev/null | grep -q 'io.containerd.snapshotter' || {
-            log "the engine on ${ENGINE_SOCK} is ${version} without the containerd image store"
-            exit 1
-        }
-        return
+install_engine() {  # DIR DOCKERD_VERSION CONTAINERD_VERSION SUITE: dockerd and containerd of one Debian release
+    local dir="$1" want="$2 $3" fetch="${4}_fetch" fetched="$TRIXIE_DIR/x"
+    [[ "$4" == forky ]] && fetched="$FORKY_DIR/x"
+    local stamp="$dir/installed"
+    if [[ -x "$dir/bin/dockerd" && -f "$stamp" ]] \
+        && [[ "$(cat "$stamp")" == "$want $(cat "$dir/bin/dockerd" "$dir/bin/containerd" | sha256sum | cut -d' ' -f1)" ]]; then
+        return 1  # nothing changed
     fi
-    if [[ -n "$version" ]]; then  # an earlier setup.sh started 20.10 here: it moves to its own socket
-        stop_engine "$ENGINE_SOCK" "$DOCKER20_ROOT/dockerd.pid"
-    fi
-    log "starting dockerd 26.1 on ${ENGINE_SOCK} (data root ${DOCKER26_ROOT}, containerd image store)"
-    mkdir -p "$DOCKER26_ROOT/data" "$DOCKER26_ROOT/exec" "$(dirname "$ENGINE_SOCK")"
-    printf '{"features": {"containerd-snapshotter": true}}\n' >"$DOCKER26_ROOT/daemon.json"
-    # containerd 1.7 and its shim from the unpacked tree come first on PATH: dockerd starts and manages its own.
-    PATH="$DOCKER26_DIR/bin:$PATH" setsid "$DOCKER26_DIR/bin/dockerd" --config-file "$DOCKER26_ROOT/daemon.json" \
-        --bridge=none --iptables=false --ip-masq=false --ip6tables=false \
-        --data-root "$DOCKER26_ROOT/data" --exec-root "$DOCKER26_ROOT/exec" \
-        -H "unix://${ENGINE_SOCK}" --pidfile "$DOCKER26_ROOT/dockerd.pid" \
-        >>"$DOCKER26_ROOT/dockerd.log" 2>&1 </dev/null &
-    wait_engine "$ENGINE_SOCK" "$DOCKER26_ROOT/dockerd.log" $!
+    local next="$dir.new"
+    rm -rf "$next" && mkdir -p "$next/bin"
+    "$fetch" containerd "$3"
+    install -m 0755 "$fetched"/usr/bin/{containerd,containerd-shim-runc-v2,ctr} "$next/bin/"
+    "$fetch" docker.io "$2"
+    install -m 0755 "$fetched"/usr/sbin/{dockerd,docker-proxy} "$next/bin/"
+    echo "$want $(cat "$next/bin/dockerd" "$next/bin/containerd" | sha256sum | cut -d' ' -f1)" >"$next/installed"
+    rm -rf "$dir.old" && { [[ ! -e "$dir" ]] || mv "$dir" "$dir.old"; } && mv "$next" "$dir"
 }
 
-start_docker20() {  # the compatibility engine: bookworm's 20.10 (graph-driver store) on its own socket
-    [[ -n "$(server_version "$DOCKER20_SOCK")" ]] && return
-    log "starting dockerd 20.10 on ${DOCKER20_SOCK} (data root ${DOCKER20_ROOT})"
-    mkdir -p "$DOCKER20_ROOT/data" "$DOCKER20_ROOT/exec" "$(dirname "$DOCKER20_SOCK")"
-    printf '{}\n' >"$DOCKER20_ROOT/daemon.json"  # never the system's /etc/docker/daemon.json
-    setsid /usr/sbin/dockerd --config-file "$DOCKER20_ROOT/daemon.json" --bridge=none --iptables=false --ip-masq=false \
-        --data-root "$DOCKER20_ROOT/data" --exec-root "$DOCKER20_ROOT/exec" \
-        -H "unix://${DOCKER20_SOCK}" --pidfile "$DOCKER20_ROOT/dockerd.pid" \
-        >>"$DOCKER20_ROOT/dockerd.log" 2>&1 </dev/null &
-    wait_engine "$DOCKER20_SOCK" "$DOCKER20_ROOT/dockerd.log" $!
+install_engines() {  # an engine that runs binaries being replaced is stopped; start_engines starts it again
+    if install_engine "$DOCKER28_DIR" "$DOCKER28_DEB_VERSION" "$CONTAINERD2_DEB_VERSION" forky \
+        && [[ "$(server_version "$ENGINE_SOCK")" == 28.* ]]; then
+        stop_engine "$ENGINE_SOCK" docker28 /dev/null
+    fi
+    if install_engine "$DOCKER26_DIR" "$DOCKER26_DEB_VERSION" "$CONTAINERD17_DEB_VERSION" trixie \
+        && [[ -n "$(server_version "$DOCKER26_SOCK")" ]]; then
+        stop_engine "$DOCKER26_SOCK" docker26 "$DOCKER26_ROOT/dockerd.pid"
+    fi
+    rm -rf "$DOCKER28_DIR.old" "$DOCKER26_DIR.old"
+}
+
+containerd_engine() {  # NAME SOCKET ROOT DIR: a dockerd with the containerd image store, its containerd from DIR
+    local name="$1" sock="$2" root="$3" dir="$4"
+    mkdir -p "$root/data" "$root/exec" "$(dirname "$sock")"
+    printf '{"features": {"containerd-snapshotter": true}}\n' >"$root/daemon.json"
+    # containerd and its shim from the unpacked tree come first on PATH: dockerd starts and manages its own.
+    supervise "$name" "$sock" env PATH="$dir/bin:$PATH" "$dir/bin/dockerd" --config-file "$root/daemon.json" \
+        --bridge=none --iptables=false --ip-masq=false --ip6tables=false \
+        --data-root "$root/data" --exec-root "$root/exec" -H "unix://$sock" --pidfile "$root/dockerd.pid"
+    wait_engine "$sock" "$name"
+}
+
+legacy_running() {  # SOCKET NAME: an engine answers there that an earlier setup.sh started without a supervisor
+    [[ -n "$(server_version "$1")" && -z "$(supervisor_pid "$2")" ]]
+}
+
+start_engines() {
+    local version
+    version="$(server_version "$ENGINE_SOCK")"
+    if [[ -n "$version" && "$version" != 28.5.* ]]; then  # an earlier setup.sh's default engine moves to its socket
+        case "$version" in
+        26.1.*) stop_engine "$ENGINE_SOCK" docker26-default "$DOCKER26_ROOT/dockerd.pid" ;;
+        *) stop_engine "$ENGINE_SOCK" docker20-default "$DOCKER20_ROOT/dockerd.pid" ;;
+        esac
+    fi
+    if legacy_running "$DOCKER26_SOCK" docker26; then  # started before issue 29: under the supervisor from now on
+        stop_engine "$DOCKER26_SOCK" docker26 "$DOCKER26_ROOT/dockerd.pid"
+    fi
+    if legacy_running "$DOCKER20_SOCK" docker20; then
+        stop_engine "$DOCKER20_SOCK" docker20 "$DOCKER20_ROOT/dockerd.pid"
+    fi
+    if [[ -z "$(server_version "$ENGINE_SOCK")" ]]; then
+        if [[ -n "$(supervisor_pid docker28)" ]]; then wait_engine "$ENGINE_SOCK" docker28; else
+            log "starting dockerd 28.5 on ${ENGINE_SOCK} (data root ${DOCKER28_ROOT}, containerd image store)"
+            containerd_engine docker28 "$ENGINE_SOCK" "$DOCKER28_ROOT" "$DOCKER28_DIR"
+        fi
+    fi
+    "$DOCKER" info --format '{{json .DriverStatus}}' 2>/dev/null | grep -q 'io.containerd.snapshotter' || {
+        log "the engine on ${ENGINE_SOCK} runs without the containerd image store"
+        exit 1
+    }
+    if [[ -z "$(server_version "$DOCKER26_SOCK")" ]]; then
+        if [[ -n "$(supervisor_pid docker26)" ]]; then wait_engine "$DOCKER26_SOCK" docker26; else
+            log "starting dockerd 26.1 on ${DOCKER26_SOCK} (data root ${DOCKER26_ROOT}, containerd image store)"
+            containerd_engine docker26 "$DOCKER26_SOCK" "$DOCKER26_ROOT" "$DOCKER26_DIR"
+        fi
+    fi
+    if [[ -z "$(server_version "$DOCKER20_SOCK")" ]]; then
+        if [[ -n "$(supervisor_pid docker20)" ]]; then wait_engine "$DOCKER20_SOCK" docker20; else
+            log "starting dockerd 20.10 on ${DOCKER20_SOCK} (data root ${DOCKER20_ROOT})"
+            mkdir -p "$DOCKER20_ROOT/data" "$DOCKER20_ROOT/exec" "$(dirname "$DOCKER20_SOCK")"
+            printf '{}\n' >"$DOCKER20_ROOT/daemon.json"  # never the system's /etc/docker/daemon.json
+            supervise docker20 "$DOCKER20_SOCK" /usr/sbin/dockerd --config-file "$DOCKER20_ROOT/daemon.json" \
+                --bridge=none --iptables=false --ip-masq=false \
+                --data-root "$DOCKER20_ROOT/data" --exec-root "$DOCKER20_ROOT/exec" \
+                -H "unix://${DOCKER20_SOCK}" --pidfile "$DOCKER20_ROOT/dockerd.pid"
+            wait_engine "$DOCKER20_SOCK" docker20
+        fi
+    fi
 }
 
 copy_image() {  # IMAGE FROM_SOCKET TO_SOCKET: docker save | docker load, when FROM has it and TO does not
@@ -245,14 +320,14 @@ copy_image() {  # IMAGE FROM_SOCKET TO_SOCKET: docker save | docker load, when F
     "$DOCKER" -H "unix://$2" save "$1" | "$DOCKER" -H "unix://$3" load -q >/dev/null
 }
 
-base_images_from_docker20() {  # a machine set up before issue 22 has them in 20.10 only (the registry copy too: kept)
+base_images_from() {  # SOCKET: a machine set up before has the bases in an older engine (the registry copy: kept)
     local image
-    for image in "$BASE_IMAGE" "$ARM64_BASE_LOCAL" "$ARM64_BASE"; do copy_image "$image" "$DOCKER20_SOCK" "$ENGINE_SOCK"; done
+    for image in "$BASE_IMAGE" "$ARM64_BASE_LOCAL" "$ARM64_BASE"; do copy_image "$image" "$1" "$ENGINE_SOCK"; done
 }
 
-base_images_to_docker20() {
+base_images_to() {  # SOCKET
     local image
-    for image in "$BASE_IMAGE" "$ARM64_BASE_LOCAL" "$ARM64_BASE"; do copy_image "$image" "$ENGINE_SOCK" "$DOCKER20_SOCK"; done
+    for image in "$BASE_IMAGE" "$ARM64_BASE_LOCAL" "$ARM64_BASE"; do copy_image "$image" "$ENGINE_SOCK" "$1"; done
 }
 
 registry_up() {
@@ -261,25 +336,36 @@ registry_up() {
 }
 
 start_registry() {
+    local legacy
+    legacy="$(cat "$REGISTRY_ROOT/registry.pid" 2>/dev/null || true)"
     if registry_up; then
-        return
+        [[ -n "$(supervisor_pid registry)" ]] && return
+        # started before issue 29 (its pid file names it): under the supervisor from now on; else someone else's
+        if [[ -n "$legacy" ]] && tr '\0' ' ' 2>/dev/null <"/proc/$legacy/cmdline" | grep -q "docker-registry serve $REGISTRY_ROOT/"; then
+            log "stopping docker-registry ${legacy} (started without a supervisor)"
+            kill -TERM "$legacy"
+            for _ in $(seq 1 40); do registry_up || break; sleep 0.25; done
+        else
+            return
+        fi
     fi
-    log "starting docker-registry on ${REGISTRY_ADDR} (storage ${REGISTRY_ROOT})"
-    mkdir -p "$REGISTRY_ROOT/data"
-    cat >"$REGISTRY_ROOT/config.yml" <<CFG
+    rm -f "$REGISTRY_ROOT/registry.pid"
+    if [[ -z "$(supervisor_pid registry)" ]]; then
+        log "starting docker-registry on ${REGISTRY_ADDR} (storage ${REGISTRY_ROOT})"
+        mkdir -p "$REGISTRY_ROOT/data"
+        cat >"$REGISTRY_ROOT/config.yml" <<CFG
 version: 0.1
 log: {level: warn}
 storage: {filesystem: {rootdirectory: ${REGISTRY_ROOT}/data}, delete: {enabled: true}}
 http: {addr: ${REGISTRY_ADDR}}
 CFG
-    setsid docker-registry serve "$REGISTRY_ROOT/config.yml" \
-        >>"$REGISTRY_ROOT/registry.log" 2>&1 </dev/null &
-    echo $! >"$REGISTRY_ROOT/registry.pid"
-    for _ in $(seq 1 40); do
+        supervise registry "$REGISTRY_ADDR" docker-registry serve "$REGISTRY_ROOT/config.yml"
+    fi
+    for _ in $(seq 1 80); do
         registry_up && return
         sleep 0.25
     done
-    log "registry did not answer on ${REGISTRY_ADDR}; see $REGISTRY_ROOT/registry.log"
+    log "registry did not answer on ${REGISTRY_ADDR}; see $SUPERVISE_DIR/registry/daemon.log"
     exit 1
 }
 
@@ -289,6 +375,7 @@ CFG
 # SHA256, and so do we, then only the binary is unpacked to /usr/local/bin.
 COSIGN_DEB_VERSION="2.5.0-2+b5"
 TRIXIE_DIR="${IMAGEBUILD_TRIXIE_DIR:-/var/cache/imagebuild-trixie}"
+FORKY_DIR="${IMAGEBUILD_FORKY_DIR:-/var/cache/imagebuild-forky}"
 
 debian_mirror() {  # the first Debian archive URI of the machine's apt sources (deb822 or one-line format)
     local uri
@@ -299,26 +386,30 @@ debian_mirror() {  # the first Debian archive URI of the machine's apt sources (
     printf '%s' "$uri"
 }
 
-trixie_fetch() {  # PACKAGE VERSION: download the .deb, check it against the Packages index, unpack to $TRIXIE_DIR/x
-    local pkg="$1" version="$2"
+suite_fetch() {  # SUITE DIR PACKAGE VERSION: download the .deb of Debian SUITE, check it against the Packages index,
+    # unpack to DIR/x (a private apt state under DIR: the system's sources and status are untouched)
+    local suite="$1" dir="$2" pkg="$3" version="$4"
     local keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-    mkdir -p "$TRIXIE_DIR/lists/partial" "$TRIXIE_DIR/archives/partial" "$TRIXIE_DIR/x"
-    printf 'deb [signed-by=%s] %s trixie main\n' "$keyring" "$(debian_mirror)" >"$TRIXIE_DIR/sources.list"
-    local o=(-o "Dir::Etc::sourcelist=$TRIXIE_DIR/sources.list" -o "Dir::Etc::sourceparts=-"
-        -o "Dir::State::Lists=$TRIXIE_DIR/lists" -o "Dir::Cache::archives=$TRIXIE_DIR/archives"
+    mkdir -p "$dir/lists/partial" "$dir/archives/partial" "$dir/x"
+    printf 'deb [signed-by=%s] %s %s main\n' "$keyring" "$(debian_mirror)" "$suite" >"$dir/sources.list"
+    local o=(-o "Dir::Etc::sourcelist=$dir/sources.list" -o "Dir::Etc::sourceparts=-"
+        -o "Dir::State::Lists=$dir/lists" -o "Dir::Cache::archives=$dir/archives"
         -o "Dir::State::status=/dev/null" -o "APT::Sandbox::User=root")
-    log "fetch ${pkg} ${version} from Debian trixie"
+    log "fetch ${pkg} ${version} from Debian ${suite}"
     apt-get "${o[@]}" update -qq
-    (cd "$TRIXIE_DIR" && rm -f "${pkg}"_*.deb && apt-get "${o[@]}" download -qq "${pkg}=${version}")
+    (cd "$dir" && rm -f "${pkg}"_*.deb && apt-get "${o[@]}" download -qq "${pkg}=${version}")
     local deb expected
-    deb="$(ls "$TRIXIE_DIR"/"${pkg}"_*.deb)"
+    deb="$(ls "$dir"/"${pkg}"_*.deb)"
     expected="$(apt-cache "${o[@]}" show "${pkg}=${version}" | awk '/^SHA256:/ {print $2; exit}')"
     if [[ -z "$expected" ]] || ! echo "${expected}  ${deb}" | sha256sum -c --quiet -; then
         log "${pkg} .deb does not match the Packages index's SHA256 (${expected:-none})"
         exit 1
     fi
-    rm -rf "$TRIXIE_DIR/x" && dpkg -x "$deb" "$TRIXIE_DIR/x"
+    rm -rf "$dir/x" && dpkg -x "$deb" "$dir/x"
 }
+
+trixie_fetch() { suite_fetch trixie "$TRIXIE_DIR" "$@"; }  # PACKAGE VERSION -> $TRIXIE_DIR/x
+forky_fetch() { suite_fetch forky "$FORKY_DIR" "$@"; }     # PACKAGE VERSION -> $FORKY_DIR/x (Debian testing)
 
 install_cosign() {
     local stamp="$TRIXIE_DIR/cosign.installed"  # Debian's build says `GitVersion: devel`: record what we put there
@@ -331,21 +422,22 @@ install_cosign() {
     echo "${COSIGN_DEB_VERSION} $(sha256sum /usr/local/bin/cosign | cut -d' ' -f1)" >"$stamp"
 }
 
-# docker-buildx, the same way, as a plugin of every docker client (the system plugin folder): on the default engine
-# (containerd image store) `imagebuild build` runs `docker buildx build`, one build for every platform; on the 20.10
-# engine it keeps `DOCKER_BUILDKIT=1 docker build`, as buildx's docker driver there refuses registry cache export
-# (imagebuild/engine/docker.py decides by the engine's image store).
-BUILDX_DEB_VERSION="0.13.1+ds1-3"
-BUILDX_PLUGIN=/usr/local/lib/docker/cli-plugins/docker-buildx
+# docker-buildx 0.29.1 from forky, the same way, as a plugin of every docker client (the system plugin folder): on a
+# containerd-store engine (28.5, 26.1) `imagebuild build` runs `docker buildx build`, one build for every platform; on
+# the 20.10 engine it keeps `DOCKER_BUILDKIT=1 docker build`, as buildx's docker driver there refuses registry cache
+# export (imagebuild/engine/docker.py decides by the engine's image store).
+BUILDX_DEB_VERSION="0.29.1+ds1-4"
+BUILDX_PLUGIN="${IMAGEBUILD_BUILDX_PLUGIN:-/usr/local/lib/docker/cli-plugins/docker-buildx}"
 
 install_buildx() {
-    local stamp="$TRIXIE_DIR/buildx.installed"
+    local stamp="$FORKY_DIR/buildx.installed"
     if [[ -x "$BUILDX_PLUGIN" && -f "$stamp" ]] \
         && [[ "$(cat "$stamp")" == "${BUILDX_DEB_VERSION} $(sha256sum "$BUILDX_PLUGIN" | cut -d' ' -f1)" ]]; then
         return
     fi
-    trixie_fetch docker-buildx "$BUILDX_DEB_VERSION"
-    install -D -m 0755 "$TRIXIE_DIR/x/usr/libexec/docker/cli-plugins/docker-buildx" "$BUILDX_PLUGIN"
+    forky_fetch docker-buildx "$BUILDX_DEB_VERSION"
+    install -D -m 0755 "$FORKY_DIR/x/usr/libexec/docker/cli-plugins/docker-buildx" "$BUILDX_PLUGIN.new"
+    mv "$BUILDX_PLUGIN.new" "$BUILDX_PLUGIN"
     echo "${BUILDX_DEB_VERSION} $(sha256sum "$BUILDX_PLUGIN" | cut -d' ' -f1)" >"$stamp"
 }
 
@@ -392,19 +484,22 @@ make_arm64_base() {
 main() {
     install_apt
     install_venv
-    install_docker26
-    start_engine
-    start_docker20
+    install_supervisor
+    install_engines
+    start_engines
     start_registry
     install_cosign
     install_buildx
     enable_emulation
-    base_images_from_docker20
+    base_images_from "$DOCKER26_SOCK"
+    base_images_from "$DOCKER20_SOCK"
     make_base_image
     make_arm64_base
-    base_images_to_docker20
-    log "ready: engine unix://${ENGINE_SOCK} (Docker 26.1), compatibility engine unix://${DOCKER20_SOCK} (Docker 20.10)," \
-        "registry ${REGISTRY_ADDR}, base image ${BASE_IMAGE}"
+    base_images_to "$DOCKER26_SOCK"
+    base_images_to "$DOCKER20_SOCK"
+    log "ready: engine unix://${ENGINE_SOCK} (Docker 28.5), compatibility engines unix://${DOCKER26_SOCK}" \
+        "(Docker 26.1) and unix://${DOCKER20_SOCK} (Docker 20.10), registry ${REGISTRY_ADDR}, base image ${BASE_IMAGE}"
+    log "imagebuild: ${IMAGEBUILD_LINK} -> ${VENV}/bin/imagebuild; pytest, ruff and the rest: source ${VENV}/bin/activate"
 }
 
 # Sourced (`source scripts/setup.sh` with IMAGEBUILD_* overrides, to run one step), it only defines its steps.

@@ -3,11 +3,12 @@ may stop, and the local-cpu image built once per session (the slow part) and sha
 
 Without an engine these tests skip, unless IMAGEBUILD_REQUIRE_ENGINE=1 (CI), where they fail instead.
 
-Engines (issue 22): the default engine (DOCKER_HOST, else /var/run/docker.sock: Docker 26.1 with the containerd
-image store, as scripts/setup.sh starts it), or IMAGEBUILD_ENGINE=docker20 for the compatibility engine (Docker
-20.10 on its own socket, IMAGEBUILD_DOCKER20_SOCK). Tests marked engine_compat are the build, smoke and publish
-path that .ci/run runs against 20.10 too; there local_cpu builds linux/amd64 alone (20.10 builds each platform
-apart, the arm64 one emulated: the current engine's run covers both).
+Engines (issues 22, 29): the default engine (DOCKER_HOST, else /var/run/docker.sock: Docker 28.5 with the containerd
+image store, as scripts/setup.sh starts it), or IMAGEBUILD_ENGINE=docker26 / docker20 for a compatibility engine
+(Docker 26.1, containerd store, or 20.10, each on its own socket: IMAGEBUILD_DOCKER26_SOCK, IMAGEBUILD_DOCKER20_SOCK).
+Tests marked engine_compat are the build, smoke and publish path that .ci/run runs against 26.1 and 20.10 too; on
+20.10 local_cpu builds linux/amd64 alone (20.10 builds each platform apart, the arm64 one emulated: the current
+engine's run covers both).
 """
 
 from __future__ import annotations
@@ -28,8 +29,12 @@ import pytest
 import requests
 from e2e_helpers import DOCKER, REGISTRY, Run, _unavailable, imagebuild
 
-ENGINES = ("default", "docker20")
-DOCKER20_SOCK = "/var/run/imagebuild-docker20.sock"
+ENGINES = ("default", "docker26", "docker20")
+# Compatibility engines setup.sh starts beside the default (Docker 28.5, issue 29): name -> (variable, socket)
+ENGINE_SOCKETS = {
+    "docker26": ("IMAGEBUILD_DOCKER26_SOCK", "/var/run/imagebuild-docker26.sock"),
+    "docker20": ("IMAGEBUILD_DOCKER20_SOCK", "/var/run/imagebuild-docker20.sock"),
+}
 # The build, smoke and publish path on one platform: what the compatibility run (IMAGEBUILD_ENGINE=docker20) runs.
 COMPAT = {
     "test_build_e2e.py::test_local_cpu_image_carries_labels_manifest_and_tags",
@@ -51,8 +56,9 @@ def pytest_configure(config: pytest.Config) -> None:
     chosen = os.environ.get("IMAGEBUILD_ENGINE", "default")
     if chosen not in ENGINES:
         raise pytest.UsageError(f"IMAGEBUILD_ENGINE={chosen!r} is not one of {', '.join(ENGINES)}")
-    if chosen == "docker20":  # the CLI subprocesses and docker calls of every test inherit it
-        os.environ["DOCKER_HOST"] = "unix://" + os.environ.get("IMAGEBUILD_DOCKER20_SOCK", DOCKER20_SOCK)
+    if chosen in ENGINE_SOCKETS:  # the CLI subprocesses and docker calls of every test inherit it
+        variable, default = ENGINE_SOCKETS[chosen]
+        os.environ["DOCKER_HOST"] = "unix://" + os.environ.get(variable, default)
 
 
 # Failing at the end of this round on Docker 26.1 (the containerd store), each with its cause; found in the last

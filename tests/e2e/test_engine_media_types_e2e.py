@@ -55,7 +55,7 @@ def _current_engine() -> Engine:
     try:  # the default engine must be the current one: a 20.10 default is a setup error, not a skip
         engine.require("multi-platform", "the current-engine media type test")
     except ConfigError as exc:
-        pytest.fail(f"{exc} (run scripts/setup.sh: it makes Docker 26.1 the default engine)")
+        pytest.fail(f"{exc} (run scripts/setup.sh: it makes Docker 28.5 the default engine)")
     return engine
 
 
