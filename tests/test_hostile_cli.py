@@ -234,3 +234,18 @@ def test_tunableop_check_prints_what_an_image_says_without_its_controls(
         _no_controls(out.stderr)
     finally:
         _docker("rmi", "-f", tag)
+
+
+# --- ports: 1 to 65535, wherever one is parsed -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("port", ["99999", "65536", "0"])
+def test_a_registry_port_outside_1_to_65535_is_refused(cli, port: str) -> None:  # noqa: ANN001
+    from imagebuild.engine.registry import RepoRef
+
+    with pytest.raises(ValueError, match="port outside 1 to 65535"):
+        RepoRef.parse(f"127.0.0.1:{port}/imagebuild")
+    out = cli("verify", f"127.0.0.1:{port}/x:y", "--key", "/dev/null")
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert out.exit_code == 2 and len(errors) == 1 and "port is not 1 to 65535" in errors[0], out.stderr
+    assert RepoRef.parse("[::1]:65535/imagebuild").host == "[::1]:65535"

@@ -43,6 +43,13 @@ class Reference:
     digest: str | None
 
 
+def port_ok(host: str) -> bool:
+    """A registry's `HOST[:PORT]`: no port, or a TCP port, 1 to 65535 (`:99999` and `:0` name no server)."""
+    _, bracket, rest = host.rpartition("]")
+    _, colon, port = (rest if bracket else host).rpartition(":")
+    return not colon or (port.isascii() and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535)
+
+
 def parse_reference(text: str) -> Reference:
     """The reference, or a ConfigError (exit 2) quoting at most a short excerpt of the text."""
     quoted = repr(text if len(text) <= _QUOTE_MAX else text[:_QUOTE_MAX] + "...")
@@ -54,6 +61,8 @@ def parse_reference(text: str) -> Reference:
         )
     if len(m["name"]) > NAME_MAX:
         raise ConfigError(f"{quoted} is not a valid image reference: its name is longer than {NAME_MAX} characters")
+    if m["domain"] and not port_ok(m["domain"]):
+        raise ConfigError(f"{quoted} is not a valid image reference: its registry port is not 1 to 65535")
     return Reference(name=m["name"], domain=m["domain"], tag=m["tag"], digest=m["digest"])
 
 

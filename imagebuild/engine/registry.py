@@ -18,6 +18,7 @@ from pathlib import Path
 
 import requests
 
+from imagebuild.engine.reference import port_ok
 from imagebuild.envvars import env_seconds
 from imagebuild.errors import ConfigError
 from imagecontract.blob import read_bounded
@@ -70,6 +71,8 @@ class RepoRef:
             raise ValueError(f"'{text}' is not HOST[:PORT]/REPO (e.g. 127.0.0.1:5000/imagebuild)")
         if not re.fullmatch(r"[A-Za-z0-9.-]+(:\d+)?|\[[0-9a-fA-F:]+\](:\d+)?", host):
             raise ValueError(f"'{host}' in '{text}' is not a registry host")
+        if not port_ok(host):
+            raise ValueError(f"'{host}' in '{text}' has a port outside 1 to 65535")
         return cls(host, repo)
 
     def __str__(self) -> str:
