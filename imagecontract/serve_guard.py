@@ -516,6 +516,17 @@ def positive(text: str) -> int:
     return int(text)
 
 
+def _stop(child: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the runtime, SIGKILL 15 s later."""
+    if child.poll() is None:
+        child.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        while child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if child.poll() is None:
+            child.kill()
+
+
 def tcp_port(text: str) -> int:
     port = positive(text)
     if port > 65535:
@@ -563,6 +574,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     upstream = {"port": free_port()}
     child_argv = [a.replace("{upstream_port}", str(upstream["port"])) for a in runtime]
+    # SIGTERM (and SIGINT) stop the server, then the runtime (the finally below). uvicorn 0.54.0 restores the handler it
+    # found and raises the signal again once it has stopped (server.py capture_signals): with the default
+    # handler that killed the guard before its finally, and the runtime lived on, orphaned (issue 34).
+    stopping: dict[str, Any] = {"server": None, "asked": False}
+
+    def on_term(signum: int, frame: object) -> None:
+        stopping["asked"] = True
+        if stopping["server"] is not None:
+            stopping["server"].should_exit = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_term)
     try:
         child = subprocess.Popen(child_argv, stdin=subprocess.DEVNULL)
     except OSError as exc:
@@ -581,7 +604,8 @@ def main(argv: list[str] | None = None) -> int:
         timeout_keep_alive=limits.keep_alive_s,
         h11_max_incomplete_event_size=16 << 10,  # request line and headers
     )
-    server = uvicorn.Server(config)
+    server = stopping["server"] = uvicorn.Server(config)
+    server.should_exit = stopping["asked"]
 
     def watch() -> None:
         child.wait()
@@ -600,13 +624,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server.run()
     finally:
-        if child.poll() is None:
-            child.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + 15
-            while child.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if child.poll() is None:
-                child.kill()
+        _stop(child)
     code = child.wait()
     return code if code and code > 0 else (128 - code if code else 0)
 

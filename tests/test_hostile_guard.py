@@ -12,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -35,7 +36,8 @@ def _upstream(port: int, stats: str) -> None:
     """The stand-in runtime: /health, chat and completions (plain and streaming), stats written to a file."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    lock, state = threading.Lock(), {"now": 0, "peak": 0, "generations": 0}
+    lock, state = threading.Lock(), {"now": 0, "peak": 0, "generations": 0, "pid": os.getpid()}
+    Path(stats).write_text(json.dumps(state))
 
     def record(delta: int) -> None:
         with lock:
@@ -98,7 +100,7 @@ class Guard:
         return f"http://127.0.0.1:{self.port}"
 
     def upstream(self) -> dict[str, int]:
-        return json.loads(self.stats.read_text()) if self.stats.exists() else {"peak": 0, "generations": 0}
+        return json.loads(self.stats.read_text())
 
 
 def start_guard(tmp: Path, *options: str) -> Guard:
@@ -322,6 +324,33 @@ def test_a_client_that_leaves_while_waiting_never_reaches_the_runtime(tmp_path: 
         assert small.upstream()["generations"] == 2, small.upstream()
     finally:
         stop_guard(small)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_guard_stops_its_runtime_too(tmp_path: Path, sig: signal.Signals) -> None:
+    """uvicorn raises the signal again after its shutdown; with the default handler that killed the guard
+    before it stopped the runtime, which lived on, orphaned (issue 34)."""
+    guard = start_guard(tmp_path, "--max-concurrency", "1")
+    pid = guard.upstream()["pid"]
+    assert _running(pid)
+    guard.proc.send_signal(sig)
+    try:
+        code = guard.proc.wait(timeout=30)
+    finally:
+        stop_guard(guard)
+    deadline = time.monotonic() + 5
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(pid), "the runtime outlived the guard"
+    assert code == 128 + signal.SIGTERM, code  # the runtime's own end (SIGTERM from the guard), as a shell says
 
 
 def test_a_port_outside_1_to_65535_is_refused() -> None:
