@@ -139,13 +139,13 @@ CASES = [
     (
         "runtime-kind-misspelled",
         _replace("    kind: tgi\n", "    kind: tgii\n"),
-        "expected one of 'tgi', 'pip', got 'tgii'; did you mean 'tgi'?",
+        "expected one of 'tgi', 'pip', 'vllm', got 'tgii'; did you mean 'tgi'?",
         "kind: tgii",
     ),
     (
         "runtime-kind-missing",
         _replace("    kind: tgi\n", ""),
-        "runtimes.text-generation-inference.kind: expected one of 'tgi', 'pip', missing",
+        "runtimes.text-generation-inference.kind: expected one of 'tgi', 'pip', 'vllm', missing",
         "  text-generation-inference:",
     ),
     (

@@ -15,7 +15,7 @@ from imagebuild.matrix import arches, load_matrix
 from imagebuild.plan.target_plan import plan_for, resolve_plan
 
 REPO = Path(__file__).resolve().parents[1]
-TARGETS = ["rocm6.1-torch2.3", "cuda12.1-torch2.3", "local-cpu"]
+TARGETS = ["rocm6.1-torch2.3", "cuda12.1-torch2.3", "local-cpu", "cuda13.0-torch2.14"]
 CONTRACT_LABELS = {  # docs/contracts.md, "Image labels"
     "org.opencontainers.image.title",
     "org.opencontainers.image.version",

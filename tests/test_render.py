@@ -18,7 +18,7 @@ from imagebuild.render import dockerfile as render
 REPO = Path(__file__).resolve().parents[1]
 
 GOLDEN = REPO / "tests" / "golden"
-TARGETS = ["rocm6.1-torch2.3", "cuda12.1-torch2.3", "local-cpu"]
+TARGETS = ["rocm6.1-torch2.3", "cuda12.1-torch2.3", "local-cpu", "cuda13.0-torch2.14"]
 
 
 @pytest.fixture(scope="module")

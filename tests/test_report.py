@@ -306,7 +306,11 @@ def test_lookup_verdicts_use_loads_on(tmp_path: Path) -> None:
     verdicts = page.lookup["verdicts"]
     runs = {d: sorted(rid for rid, (ok, _) in verdicts[d].items() if ok) for d in ("gfx942", "sm_90", "gfx1100")}
     assert runs["gfx942"] == ["rocm6.1-torch2.3|linux/amd64|gfx942"]
-    assert runs["sm_90"] == ["cuda12.1-torch2.3|linux/amd64|sm_90"]
+    assert runs["sm_90"] == [
+        "cuda12.1-torch2.3|linux/amd64|sm_90",
+        "cuda13.0-torch2.14|linux/amd64|sm_90",  # one image for both CPU platforms (issue 31)
+        "cuda13.0-torch2.14|linux/arm64|sm_90",
+    ]
     assert runs["gfx1100"] == []
     why = verdicts["gfx1100"]
     assert why["rocm6.1-torch2.3|linux/amd64|gfx942"][1].startswith("no code for gfx1100 in this image")
@@ -348,7 +352,8 @@ def test_cli_writes_page_and_json(tmp_path: Path, cli) -> None:
     assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
     page = tmp_path / "build/report/compat.html"
     assert f"compatibility page: {page}" in result.stdout
-    assert "6 rows: 1 passed, 1 failed, 4 not run" in result.stdout
+    # cuda13.0-torch2.14 adds 8 rows: 4 default arches on 2 OCI platforms
+    assert "14 rows: 1 passed, 1 failed, 12 not run" in result.stdout
     doc = json.loads((tmp_path / "build/report/compat.json").read_text())
     assert {r["id"]: r["verdict"] for r in doc["rows"]}["local-cpu|linux/amd64|cpu"] == "failed"
 

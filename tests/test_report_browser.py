@@ -21,6 +21,8 @@ from tests.test_report import NOW, REPO, cpu_evidence, page_for, rocm_evidence
 
 CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 GOLDEN = REPO / "tests/golden/compat-page.png"
+# the page's rows: every default arch of every target on every OCI platform (cuda13.0-torch2.14 brought 8 of them)
+ROWS = 14
 WIDTH = 1280
 
 pytestmark = pytest.mark.skipif(
@@ -84,27 +86,32 @@ def type_query(driver, text: str) -> str:
 def test_lookup_shows_the_rows_that_run_there(browser, tmp_path: Path) -> None:
     rocm_evidence(tmp_path)
     browser.get(write_page(tmp_path).as_uri())
-    assert len(visible_rows(browser)) == 6
+    assert len(visible_rows(browser)) == ROWS
     said = type_query(browser, "gfx942")
     assert visible_rows(browser) == ["rocm6.1-torch2.3|linux/amd64|gfx942"]
-    assert "1 of 6 rows run there" in said
+    assert f"1 of {ROWS} rows run there" in said
     type_query(browser, "MI300X")
     assert visible_rows(browser) == ["rocm6.1-torch2.3|linux/amd64|gfx942"]
+    hopper = [
+        "cuda12.1-torch2.3|linux/amd64|sm_90",
+        "cuda13.0-torch2.14|linux/amd64|sm_90",
+        "cuda13.0-torch2.14|linux/arm64|sm_90",  # GH200
+    ]
     type_query(browser, "H100")
-    assert visible_rows(browser) == ["cuda12.1-torch2.3|linux/amd64|sm_90"]
+    assert visible_rows(browser) == hopper
     type_query(browser, "sm_90")
-    assert visible_rows(browser) == ["cuda12.1-torch2.3|linux/amd64|sm_90"]
+    assert visible_rows(browser) == hopper
     said = type_query(browser, "gfx1100")
-    assert visible_rows(browser) == [] and "0 of 6 rows run there" in said
+    assert visible_rows(browser) == [] and f"0 of {ROWS} rows run there" in said
     from selenium.webdriver.common.by import By
 
     browser.find_element(By.CSS_SELECTOR, "#lookup-result summary").click()
     why = browser.find_element(By.ID, "lookup-result").text
     assert "no code for gfx1100 in this image (it has gfx90a, gfx942)" in why
     said = type_query(browser, "tpu")
-    assert "No GPU known" in said and len(visible_rows(browser)) == 6
+    assert "No GPU known" in said and len(visible_rows(browser)) == ROWS
     browser.find_element(By.ID, "lookup-clear").click()
-    assert len(visible_rows(browser)) == 6
+    assert len(visible_rows(browser)) == ROWS
 
 
 def test_failed_smoke_shows_failed(browser, tmp_path: Path) -> None:
@@ -158,7 +165,7 @@ def test_page_is_offline_and_accessible(browser, tmp_path: Path) -> None:
     )
     assert facts["worst"] >= 4.5, facts  # WCAG AA for text
     assert facts["label"] and facts["live"] == "polite" and facts["lang"] == "en"
-    assert facts["colHeaders"] == 10 and facts["rowHeaders"] == facts["rows"] == 6
+    assert facts["colHeaders"] == 10 and facts["rowHeaders"] == facts["rows"] == ROWS
     assert facts["svgs"] == [True, True]  # runtime history and kernel plot, each an image with a title
 
 

@@ -15,7 +15,7 @@ from imagebuild.commands.common import check_writable, one_line, write_all
 from imagebuild.envvars import env_int
 from imagebuild.errors import ConfigError, SmokeFailed
 
-TARGETS = ("rocm6.1-torch2.3", "cuda12.1-torch2.3", "local-cpu")
+TARGETS = ("rocm6.1-torch2.3", "cuda12.1-torch2.3", "local-cpu", "cuda13.0-torch2.14")
 
 
 def error_lines(stderr: str) -> list[str]:

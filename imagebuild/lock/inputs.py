@@ -109,7 +109,8 @@ def _inputs_of(matrix: Matrix, target: Target) -> list[Input]:
     base_key = f"pip:{prefix}:base"
     where = f"{prefix} stage base: pip install (platforms.{target.platform_name}.pip_packages)"
     items.append(_pip(base_key, platform.pip_packages, platform.python_version, uv_platform(oci), where))
-    items += _torch_inputs(target, prefix, base_key)
+    torch_inputs = _torch_inputs(target, prefix, base_key)
+    items += torch_inputs
     for name, component in target.components:
         if component.source.git:
             items.append(_git(component.source, f"components.{name}.source"))
@@ -118,7 +119,8 @@ def _inputs_of(matrix: Matrix, target: Target) -> list[Input]:
             reqs = list(component.build_requires)
             key = f"pip:{prefix}:component-{name}"
             items.append(_pip(key, reqs, platform.python_version, uv_platform(oci), where, after=[base_key]))
-    return items + _runtime_inputs(matrix, target, prefix, base_key)
+    torch_key = f"pip:{prefix}:torch" if any(i.key == f"pip:{prefix}:torch" for i in torch_inputs) else None
+    return items + _runtime_inputs(matrix, target, prefix, base_key, torch_key)
 
 
 def _torch_inputs(target: Target, prefix: str, base_key: str) -> list[Input]:
@@ -147,11 +149,19 @@ def _torch_inputs(target: Target, prefix: str, base_key: str) -> list[Input]:
     return items
 
 
-def _runtime_inputs(matrix: Matrix, target: Target, prefix: str, base_key: str) -> list[Input]:
-    """TGI: its builder image, source and the server's pip installs; a pip runtime: its requirements file."""
+def _runtime_inputs(
+    matrix: Matrix, target: Target, prefix: str, base_key: str, torch_key: str | None = None
+) -> list[Input]:
+    """TGI: its builder image, source and the server's pip installs; a pip runtime: its requirements file, or its
+    packages resolved after the base and torch stages' sets (their packages stay theirs: resolve.py)."""
     runtime, rname, oci = target.runtime, target.runtime_name, target.oci_platform
     py, plat, kind = target.platform.python_version, uv_platform(oci), target.platform.kind
+    if isinstance(runtime, PipRuntime) and runtime.requirements is None:
+        where = f"{prefix} stage venv: runtimes.{rname}.packages (after the base and torch sets)"
+        after = [base_key, *([torch_key] if torch_key else [])]
+        return [_pip(f"pip:{prefix}:runtime", list(runtime.packages), py, plat, where, after=after)]
     if isinstance(runtime, PipRuntime):
+        assert runtime.requirements is not None
         return [_file(matrix, runtime.requirements, f"runtimes.{rname}.requirements ({oci})")]
     if not isinstance(runtime, TgiRuntime):
         return []

@@ -130,6 +130,10 @@ def _pip(
         if prior is None or prior["status"] != "locked":
             return {"status": "unresolved", "why": f"the set it is installed after ({before}) is not locked"}
         constraints += [f"{p['name']}=={p['version']}" for p in prior["packages"]]
+    # a later set's pin of a package replaces an earlier one's (the torch set's setuptools over the base set's): the
+    # later stage installs over the earlier one
+    by_name = {pipsets.name_of(line): line for line in constraints}
+    constraints = list(by_name.values())
     requirements = list(spec["requirements"])
     package_dir = None
     extras = None
@@ -148,4 +152,9 @@ def _pip(
             package_dir = gitsrc.export(repo, source["commit"], source["package"], work / "src", options.limit)
             extras = source.get("extras")
     entry = pipsets.resolve(spec, requirements, constraints, options.resolve_limit, package_dir, extras)
+    # what an earlier set installs stays that set's: pinned the same (the constraints), never installed twice
+    earlier = {pipsets.name_of(line) for line in constraints}
+    kept = [p for p in entry["packages"] if pipsets.name_of(p["name"]) not in earlier]
+    if len(kept) != len(entry["packages"]):
+        entry = {**entry, "packages": kept, "requirements": pipsets.requirements_text(kept)}
     return {"status": "locked", **entry}

@@ -187,7 +187,7 @@ def check_sources(model: MatrixModel, file: Path, fail: Fail) -> None:
     for name, runtime in model.runtimes.items():
         if isinstance(runtime, TgiRuntime):
             need(("runtimes", name, "source"), runtime.source, "git", "TGI is built from a git checkout")
-        else:
+        elif runtime.requirements is not None:  # else its packages are resolved by the lock
             confined(("runtimes", name, "requirements"), runtime.requirements)
 
 

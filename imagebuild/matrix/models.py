@@ -230,6 +230,10 @@ class TunableOp(Strict):
     )
 
 
+# A library the coverage rule requires: a distribution, optionally `:` and an fnmatch pattern of its file names.
+RequiredLibrary = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*(:[A-Za-z0-9._*?-]+)?$", max_length=200)]
+
+
 class Axes(Strict):
     platform: list[Name] = Field(description="Platforms to cross with torch versions.")
     torch: list[TorchKey] = Field(description="Torch versions (keys of `torch`) to cross with platforms.")
@@ -255,6 +259,12 @@ class TargetGroup(Strict):
         default=[BASELINE],
         min_length=1,
         description="OCI (CPU) platforms each target is built for; one tag is an index of them all.",
+    )
+    coverage_required: list[RequiredLibrary] = Field(
+        default=[],
+        description="Libraries that must run on every requested arch (arch coverage, imagebuild/prove/coverage.py): "
+        "a distribution (nvidia-nccl-cu13) or distribution:file-pattern (vllm:_C_stable_libtorch*); a gap fails "
+        "the build (exit 3), a library not listed is recorded.",
     )
 
     @field_validator("oci_platforms")

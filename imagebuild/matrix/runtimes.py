@@ -20,6 +20,9 @@ from imagebuild.matrix.fields import (
     RepoPath,
     Text,
 )
+from imagebuild.matrix.runtime_pip import PipRuntime as PipRuntime
+from imagebuild.matrix.runtime_pip import RuntimeLimits as RuntimeLimits
+from imagebuild.matrix.runtime_vllm import VllmRuntime as VllmRuntime
 from imagebuild.matrix.sources import Source, Strict
 
 
@@ -102,42 +105,7 @@ class TgiRuntime(Strict):
         return self
 
 
-class RuntimeLimits(Strict):
-    """What the image's server refuses; enforced by imagecontract/serve_guard.py in front of the runtime."""
+# The runtime kinds, registered here: tgi above, pip and vllm in modules of their own.
 
-    max_new_tokens: int = Field(ge=1, le=1_000_000, description="Most tokens one request may generate.")
-    max_request_bytes: int = Field(ge=1024, le=1 << 30, description="Largest request body in bytes.")
-    max_concurrency: int = Field(ge=1, le=4096, description="Generations at once; one more is refused (429).")
-
-
-class PipRuntime(Strict):
-    """A serving runtime installed from the package index, every package pinned by a requirements file."""
-
-    kind: Literal["pip"] = Field(description="pip: a runtime installed from the package index.")
-    description: Text = Field(default="", description="What the runtime is, written into the Dockerfile.")
-    # A file in this repository holding every package as `name==version --hash=sha256:...`, torch excluded.
-    requirements: RepoPath = Field(
-        description="File of this repository pinning every package (`name==version --hash=sha256:...`), not torch.",
-    )
-    entrypoint: Program = Field(description="The runtime's main program (on PATH in the image).")
-    serve: list[Text] = Field(
-        description="argv after the entrypoint that serves a model; `{model}` and `{port}` are filled in.",
-    )
-    serve_env: dict[EnvName, Text] = Field(default={}, description="Environment added when the smoke suite serves.")
-    health: HttpPath = Field(default="/health", description="HTTP path that answers 200 once the server can generate.")
-    api: Literal["openai", "tgi"] = Field(
-        default="openai",
-        description="Request flavour: openai (/v1/completions) or tgi (/generate).",
-    )
-    startup_timeout_s: int = Field(default=300, ge=1, description="Seconds the smoke suite waits for health.")
-    limits: RuntimeLimits | None = Field(
-        default=None,
-        description=(
-            "Request limits the image enforces: the serve command puts imagecontract/serve_guard.py (uvicorn, "
-            "request checks) in front of the runtime, which listens on `{upstream_port}` instead of `{port}`."
-        ),
-    )
-
-
-Runtime = Annotated[TgiRuntime | PipRuntime, Field(discriminator="kind")]
-RUNTIME_KINDS = ("tgi", "pip")
+Runtime = Annotated[TgiRuntime | PipRuntime | VllmRuntime, Field(discriminator="kind")]
+RUNTIME_KINDS = ("tgi", "pip", "vllm")

@@ -32,7 +32,7 @@ class Target:
     components: tuple[tuple[str, Component], ...]
     skipped_components: tuple[str, ...]
     runtime_name: str | None
-    runtime: TgiRuntime | PipRuntime | None
+    runtime: TgiRuntime | PipRuntime | None  # a VllmRuntime is a PipRuntime
     tunableop: TunableOp
     allow_experimental: bool
     oci_platforms: tuple[str, ...] = (BASELINE,)  # the OCI (CPU) platforms it is built for
@@ -40,6 +40,7 @@ class Target:
     oci_notes: tuple[str, ...] = ()  # what differs on that OCI platform, and why (recorded in the manifest)
     left_out: tuple[tuple[str, str], ...] = ()  # optional components absent on that OCI platform, with the reason
     placed: bool = False  # True once for_oci made it the target of one OCI platform (the matrix's are not yet)
+    coverage_required: tuple[str, ...] = ()  # libraries that must run on every requested arch (prove/coverage.py)
 
     def arch_supports(self) -> list[arches.ArchSupport]:
         """The torch build and every component, as the arch resolver sees them."""
@@ -149,6 +150,7 @@ def _target(model: MatrixModel, group: TargetGroup, combo: Combo, fail: Fail, gp
         tunableop=model.tunableop,
         allow_experimental=group.allow_experimental or model.settings.allow_experimental,
         oci_platforms=tuple(group.oci_platforms),
+        coverage_required=tuple(group.coverage_required),
     )
 
 

@@ -23,15 +23,20 @@ def oci_arch(oci: str) -> str:
 
 
 def cross_reason(target: Target) -> str | None:
-    """Why target's pip steps cannot all run on the build platform (None: they can)."""
+    """Why target's pip steps cannot all run on the build platform (None: they can).
+
+    A GPU platform qualifies when nothing compiles in the image: no component at all (a CUDA stack made of wheels,
+    issue 31); a CPU platform's kernels components are pure Python there."""
+    from imagebuild.matrix import PipRuntime
+
     kind = target.platform.kind
-    if kind != "cpu":
+    if kind != "cpu" and target.components:
         return f"a {kind} image compiles its components against torch in the image"
     if target.torch_build.obtain != "wheel":
         return "torch is built from source"
     if target.runtime is None:
         return "it has no pip runtime"
-    if target.runtime.kind != "pip":
+    if not isinstance(target.runtime, PipRuntime):
         return f"the {target.runtime.kind} runtime builds in the image"
     for name, component in target.components:
         if component.kind != "kernels":

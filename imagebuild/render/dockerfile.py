@@ -323,6 +323,8 @@ def _locked_sets(plan: TargetPlan) -> dict[str, tuple[str, str]]:
     target = plan.target
     stages = ["base", *(["torch"] if target.torch_build.obtain == "wheel" else [])]
     stages += [f"component-{name}" for name, component in target.components if component.build_requires]
+    if getattr(target.runtime, "packages", None):  # a pip runtime whose packages the lock resolves
+        stages.append("runtime")
     return lock_stages.stage_sets(plan.root, target, stages)
 
 

@@ -46,7 +46,8 @@ def _platform_context(plan: TargetPlan, locked: dict[str, str]) -> dict[str, Any
             "index_url": build.index_url,
             "find_links": "build/wheelhouse" if build.find_links else None,
         },
-        "requirements": runtime.requirements if runtime is not None and runtime.kind == "pip" else None,
+        "requirements": getattr(runtime, "requirements", None),  # a pip runtime's file (else: locked["runtime"])
+        "packages": list(getattr(runtime, "packages", None) or []),
         "manifest_path": plan.manifest_path,
         "labels": plan.labels,
         "locked": locked,

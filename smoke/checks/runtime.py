@@ -47,10 +47,12 @@ def run(ctx: Context) -> CheckResult:
     if runtime.kind == "tgi":
         for failure in _tgi_attention(runtime.attention, ctx.info.arch):
             res.fail(failure)
-        if ctx.gpu_expected() and not ctx.on_gpu:
-            if res.failures:
-                return res.finish()
-            return res.skip("this runtime serves on the image's GPU and none is usable (see the environment check)")
+    # A GPU image's runtime (TGI, vLLM) serves on its GPU: without a usable one there is nothing to start (vllm
+    # serve of a CUDA build has no CPU path); the GPU runner runs the serve and the OpenAI-API check.
+    if ctx.gpu_expected() and not ctx.on_gpu:
+        if res.failures:
+            return res.finish()
+        return res.skip("this runtime serves on the image's GPU and none is usable (see the environment check)")
     serve_once(runtime, res)
     return res.finish()
 
