@@ -43,7 +43,7 @@ install_apt() {
 VENV="${IMAGEBUILD_VENV:-$REPO_ROOT/.venv}"
 SYSTEM_PYTHON=/usr/bin/python3  # Debian's; only ever used to make the venv and for stdlib-only checks
 APT_PACKAGES+=(python3 python3-venv ca-certificates git)  # git: builds label their revision, tests make git repos
-IMAGEBUILD_LINK=/usr/local/bin/imagebuild
+IMAGEBUILD_LINK="${IMAGEBUILD_LINK:-/usr/local/bin/imagebuild}"
 
 # torch, on the host for the smoke suite's and the CPU kernels' tests (tests/test_smoke_*.py, test_kernels_cpu.py:
 # CPU code only), and in local-cpu's image: the same file, PyTorch's CPU build for Python 3.11, from the "local
@@ -467,6 +467,32 @@ enable_emulation() {
 ARM64_BASE_LOCAL="${BASE_IMAGE}-arm64"
 ARM64_BASE="${REGISTRY_ADDR}/imagebuild-base/debian:bookworm-arm64"
 
+# On a new machine the two debootstraps (the arm64 one's second stage emulated) are the longest steps of setup
+# (issue 29, seen in the stock-Debian rehearsal: 199 s and 620 s of a 1,527 s setup): they run in the background,
+# both at once, while the venv and the Debian fetches (network) go on, and are waited for before the push.
+BASES_LOG="${IMAGEBUILD_BASES_LOG:-/var/tmp/imagebuild-base-images.log}"
+BASES_PIDS=()
+
+start_base_images() {
+    "$DOCKER" image inspect "$BASE_IMAGE" >/dev/null 2>&1 \
+        || { "$REPO_ROOT/scripts/make-base-image.sh" "$BASE_IMAGE" >"$BASES_LOG.amd64" 2>&1 & BASES_PIDS+=($!); }
+    "$DOCKER" image inspect "$ARM64_BASE_LOCAL" >/dev/null 2>&1 \
+        || { "$REPO_ROOT/scripts/make-base-image.sh" "$ARM64_BASE_LOCAL" bookworm arm64 >"$BASES_LOG.arm64" 2>&1 & BASES_PIDS+=($!); }
+    ((${#BASES_PIDS[@]} == 0)) || log "making the base images in the background (${BASES_LOG}.amd64, .arm64)"
+}
+
+wait_base_images() {
+    local pid failed=0
+    for pid in "${BASES_PIDS[@]}"; do wait "$pid" || failed=1; done
+    if ((failed)); then
+        log "a base image could not be made:"
+        tail -n 20 "$BASES_LOG".* >&2
+        exit 1
+    fi
+    ((${#BASES_PIDS[@]} == 0)) || cat "$BASES_LOG".* >&2
+    rm -f "$BASES_LOG".*
+}
+
 make_arm64_base() {
     if ! "$DOCKER" image inspect "$ARM64_BASE_LOCAL" >/dev/null 2>&1; then
         "$REPO_ROOT/scripts/make-base-image.sh" "$ARM64_BASE_LOCAL" bookworm arm64
@@ -483,16 +509,18 @@ make_arm64_base() {
 
 main() {
     install_apt
-    install_venv
     install_supervisor
     install_engines
     start_engines
     start_registry
-    install_cosign
-    install_buildx
     enable_emulation
     base_images_from "$DOCKER26_SOCK"
     base_images_from "$DOCKER20_SOCK"
+    start_base_images  # in the background from here to wait_base_images
+    install_venv
+    install_cosign
+    install_buildx
+    wait_base_images
     make_base_image
     make_arm64_base
     base_images_to "$DOCKER26_SOCK"
