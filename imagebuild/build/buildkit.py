@@ -55,6 +55,7 @@ class BuildSpec:
     plan: TargetPlan | None = None  # what the spec was read off (None for a hand-made spec)
     platform: str | None = None  # the OCI platform (--platform; None: the engine's own)
     source_date_epoch: int | None = None  # the commit time: BuildKit's image and history times, layer timestamps
+    base_substitution: list[dict[str, Any]] = field(default_factory=list)  # build/base_substitute.py records
 
     @property
     def iidfile(self) -> Path:
@@ -79,6 +80,7 @@ class TargetResult:
     command: list[str]
     coverage: str | None = None  # arch coverage: the document written, or why the image was not scanned
     size: dict[str, Any] | None = None  # unpacked (and compressed) bytes, largest layers, budget (sizes.py)
+    base_substitution: list[dict[str, Any]] | None = None  # the public base, the one used and its digest
 
 
 LOADED = ["--provenance=false", "--output", "type=docker,oci-mediatypes=true"]
@@ -279,6 +281,7 @@ def run_build(
         log=str(spec.log_path),
         dockerfile=str(spec.dockerfile),
         command=[secrets.scrub(arg) for arg in argv],
+        base_substitution=list(spec.base_substitution) or None,
     )
 
 

@@ -3,7 +3,8 @@ SBOM and its layer, the size record. For the same built image ID, with the same 
 redone: the final image of last time gets the tags again (Engine API calls, no process) and the result its records.
 
 One record per image beside the build report (`post/<name>.json`): the built ID, the final ID, the key (a checksum
-of the hooks' own source files, so a changed scanner or SBOM writer runs again), the coverage path and size record.
+of the hooks' own source files, so a changed scanner or SBOM writer runs again, and of the target's required
+libraries, so another coverage rule judges again), the coverage path and size record.
 A record whose final image is gone, or whose coverage document is missing, is not used.
 """
 
@@ -17,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from imagecontract.atomic import write_atomic
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
     from imagebuild.build.buildkit import TargetResult
     from imagebuild.engine.docker import Engine
 
@@ -38,6 +41,15 @@ def hooks_key() -> str:
         path = _ROOT / name
         digest.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"-") + b"\0")
     return digest.hexdigest()
+
+
+def target_key(key: str, required: Sequence[object] = ()) -> str:
+    """The hooks' key for one target: the coverage rule's required libraries are part of it (another list judges the
+    same image anew); a target without one keeps the hooks' key."""
+    if not required:
+        return key
+    names = "\0".join(sorted(str(r) for r in required))
+    return hashlib.sha256(f"{key}\0required\0{names}".encode()).hexdigest()
 
 
 def record_path(report: Path, target: str) -> Path:
@@ -69,9 +81,15 @@ def _retag(engine: Engine, image: str, tags: list[str]) -> bool:
     return True
 
 
-def reuse(engine: Engine, results: list[TargetResult], report: Path) -> list[TargetResult]:
-    """Restore every successful result whose post-build work is recorded for its image ID; the others, to do."""
-    key = hooks_key()
+def reuse(
+    engine: Engine,
+    results: list[TargetResult],
+    report: Path,
+    required: Mapping[str, Sequence[object]] | None = None,
+) -> list[TargetResult]:
+    """Restore every successful result whose post-build work is recorded for its image ID (and its required
+    libraries: `required` per target, as add_coverage takes them); the others, to do."""
+    hooks = hooks_key()
     todo = []
     for result in results:
         if not (result.ok and result.image_id and result.tags):
@@ -81,7 +99,7 @@ def reuse(engine: Engine, results: list[TargetResult], report: Path) -> list[Tar
         ok = (
             record is not None
             and record.get("built") == result.image_id
-            and record.get("key") == key
+            and record.get("key") == target_key(hooks, (required or {}).get(result.target, ()))
             and isinstance(record.get("final"), str)
             and (not record.get("coverage_file") or Path(str(record["coverage_file"])).is_file())
         )
@@ -94,9 +112,14 @@ def reuse(engine: Engine, results: list[TargetResult], report: Path) -> list[Tar
     return todo
 
 
-def remember(built: dict[str, str | None], results: list[TargetResult], report: Path) -> None:
+def remember(
+    built: dict[str, str | None],
+    results: list[TargetResult],
+    report: Path,
+    required: Mapping[str, Sequence[object]] | None = None,
+) -> None:
     """Record the post-build outcome of each result that went through the hooks and stayed ok."""
-    key = hooks_key()
+    hooks = hooks_key()
     for result in results:
         before = built.get(result.target)
         if not (result.ok and before and result.image_id):
@@ -105,7 +128,7 @@ def remember(built: dict[str, str | None], results: list[TargetResult], report: 
         record = {
             "built": before,
             "final": result.image_id,
-            "key": key,
+            "key": target_key(hooks, (required or {}).get(result.target, ())),
             "coverage": coverage,
             "coverage_file": coverage if coverage and Path(coverage).is_file() else None,
             "size": result.size,

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from imagebuild.build import base_substitute
 from imagebuild.build.buildkit import BuildSpec
 from imagebuild.errors import ConfigError
 from imagebuild.plan.git import GitInfo
-from imagebuild.plan.target_plan import oci_platforms, resolve_plan
+from imagebuild.plan.target_plan import RENDER_DIR, oci_platforms, resolve_plan
 
 if TYPE_CHECKING:
     from imagebuild.matrix import Matrix, Target
@@ -32,6 +33,7 @@ class PlanOptions:
     builder: str | None = None
     no_cache: bool = False
     platforms: tuple[str, ...] = ()  # OCI platforms (--platform); empty: every one the target lists
+    base_substitutes: tuple[str, ...] = ()  # --base-substitute PUBLIC=LOCAL[,platform=OCI] (build/base_substitute.py)
 
 
 def select_targets(matrix: Matrix, names: Sequence[str], arch: str | None) -> list[Target]:
@@ -65,8 +67,9 @@ def torch_wheels(target: Target, env: Mapping[str, str]) -> list[Path]:
 def plan_target(
     matrix: Matrix, target: Target, options: PlanOptions, env: Mapping[str, str], git: GitInfo, oci: str | None = None
 ) -> BuildSpec:
-    """One target's BuildSpec on one OCI platform, read off its TargetPlan; a non-default plan is rendered into
-    build/render/. The spec's name is the image's (ImageKey.name)."""
+    """One target's BuildSpec on one OCI platform, read off its TargetPlan; a non-default plan, or one whose base is
+    substituted (--base-substitute), is rendered into build/render/. The spec's name is the image's (ImageKey.name)."""
+    subs = base_substitute.parse_all(options.base_substitutes)
     from imagebuild.lock.stages import label as lock_label
     from imagebuild.render.dockerfile import render_plan
 
@@ -77,12 +80,21 @@ def plan_target(
         files = {name: _read(target_plan.root / target_plan.out_dir / name) for name in ("Dockerfile", "manifest.json")}
     else:
         rendered = files = dict(render_plan(target_plan, matrix).files)
+    render_dir = None if target_plan.default else target_plan.dockerfile.parent
+    dockerfile, substituted = (
+        base_substitute.apply(files["Dockerfile"], subs, target_plan.oci, base_substitute.build_platform())
+        if subs
+        else ("", [])
+    )
+    if substituted:  # the committed Dockerfile stays as it is: the substituted one is built from build/render/
+        render_dir = target_plan.root / RENDER_DIR / "base-substituted" / target_plan.image.name
+        rendered = {**rendered, "Dockerfile": dockerfile}
     return BuildSpec(
         target=target_plan.image.name,
         platform=target_plan.oci,
         source_date_epoch=git.epoch,
         context=target_plan.root,
-        dockerfile=target_plan.dockerfile,
+        dockerfile=render_dir / "Dockerfile" if substituted and render_dir is not None else target_plan.dockerfile,
         tags=target_plan.tags(git, options.tags),
         labels={**target_plan.build_labels(git, matrix.sha256), **lock_label(target_plan.root, target)},
         build_args=target_plan.build_args(files["Dockerfile"]),
@@ -91,8 +103,9 @@ def plan_target(
         builder=options.builder,
         no_cache=options.no_cache,
         wheels=torch_wheels(target, env) if _from_wheelhouse(target, files["Dockerfile"]) else [],
-        render_dir=None if target_plan.default else target_plan.dockerfile.parent,
+        render_dir=render_dir,
         rendered_files=rendered,
+        base_substitution=substituted,
         log_path=target_plan.log_path,
         plan=target_plan,
     )
@@ -106,11 +119,17 @@ def plan(
     if options.tags and len(targets) > 1 and not all("{target}" in t for t in options.tags):
         raise ConfigError("--tag with several targets must contain {target}", hint="e.g. --tag '{target}-rc1'")
     git = GitInfo.read(matrix.path.resolve().parent)
-    return [
+    specs = [
         plan_target(matrix, target, options, env, git, oci)
         for target in targets
         for oci in oci_platforms(target, options.platforms)
     ]
+    idle = base_substitute.unused(
+        base_substitute.parse_all(options.base_substitutes), [s.base_substitution for s in specs]
+    )
+    if idle:
+        raise ConfigError(f"{base_substitute.OPTION} {idle[0]}: no FROM of the builds planned names {idle[0].public}")
+    return specs
 
 
 def _from_wheelhouse(target: Target, dockerfile: str) -> bool:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from imagebuild.build import post_cache
+from imagebuild.build import base_substitute, post_cache
 from imagebuild.build.buildkit import (
     TargetResult,
     raise_on_failure,
@@ -26,7 +26,7 @@ from imagebuild.build.sizes import add_sizes
 from imagebuild.build.specs import PlanOptions, plan
 from imagebuild.commands.common import echo_plans, platforms_option, warn
 from imagebuild.engine.docker import Engine, find_engine
-from imagebuild.prove.coverage import add_coverage
+from imagebuild.prove.coverage import add_coverage, required_libraries
 from imagebuild.release.sbom_image import add_sboms
 
 
@@ -112,6 +112,13 @@ class RichProgress(PlainProgress):
 @platforms_option("OCI platform to build (linux/arm64; repeatable); default: every one the target lists.")
 @click.option("--tag", "tags", multiple=True, help="Extra tag; may contain {target}.")
 @click.option("--secret", "secrets", multiple=True, help="Extra BuildKit secret: id=NAME,src=FILE or id=NAME,env=VAR.")
+@click.option(
+    "--base-substitute",
+    "base_substitutes",
+    multiple=True,
+    help="Build FROM LOCAL where the Dockerfile names the public base PUBLIC: PUBLIC=LOCAL[,platform=OCI] "
+    "(recorded in the build report, the image label and the provenance).",
+)
 @click.pass_obj
 def command(  # noqa: PLR0913
     obj: dict[str, object],
@@ -128,6 +135,7 @@ def command(  # noqa: PLR0913
     platforms: tuple[str, ...],
     tags: tuple[str, ...],
     secrets: tuple[str, ...],
+    base_substitutes: tuple[str, ...],
 ) -> None:
     """Build images with BuildKit: labels, tags, secrets, caches and a JSON build report."""
     check_secret_flags(os.environ, secrets)  # every usage error comes before a secret is written
@@ -137,9 +145,15 @@ def command(  # noqa: PLR0913
         from imagebuild.matrix import load_matrix
 
         matrix = load_matrix(Path(str(obj["matrix_path"])))
-        options = PlanOptions(arch, allow_experimental, tags, cache_from, cache_to, builder, no_cache, platforms)
+        options = PlanOptions(
+            arch, allow_experimental, tags, cache_from, cache_to, builder, no_cache, platforms, base_substitutes
+        )
         specs = plan(matrix, targets, options)
         engine = probe.result()
+    for spec in specs:  # the digest each substitute has now: in the report, the label and so the provenance
+        if spec.base_substitution:
+            spec.base_substitution = base_substitute.resolve_used(spec.base_substitution)
+            spec.labels.update(base_substitute.label(spec.base_substitution))
     for spec in specs:
         build_argv(spec, engine)  # --builder / --cache-to usage errors, still before any secret is written
     secret_set: Secrets = collect_secrets(os.environ, secrets)
@@ -151,6 +165,10 @@ def command(  # noqa: PLR0913
             for spec in specs:
                 if spec.render_dir is not None:
                     click.echo(f"# render {spec.target} into {spec.render_dir}")
+                for sub in spec.base_substitution:
+                    used = sub["used_digest"] or f"digest unknown: {sub.get('why')}"
+                    where = f"{spec.target} ({sub['platform']})"
+                    click.echo(f"# base substitution {where}: {sub['public']} -> {sub['used']} ({used})")
                 if spec.wheels:
                     click.echo(f"# stage {' '.join(map(str, spec.wheels))} into {spec.context / 'build/wheelhouse'}")
                 click.echo(_shell(build_argv(spec, engine), engine))
@@ -165,14 +183,15 @@ def command(  # noqa: PLR0913
             results = run_builds(specs, engine, secret_set, jobs, progress.line, progress.done)
         # What depends only on the built image ID is not redone for the same ID (build/post_cache.py, issue 22).
         built = {r.target: r.image_id for r in results}
-        todo = post_cache.reuse(engine, results, report)
-        for line in add_coverage(engine, todo, matrix.path, report):  # arch-coverage.json; a gap: exit 3
+        required = required_libraries(specs)  # the matrix's coverage_required per image: part of the cache key
+        todo = post_cache.reuse(engine, results, report, required)
+        for line in add_coverage(engine, todo, matrix.path, report, required):  # arch-coverage.json; a gap: exit 3
             warn(line)  # an image without python3: not scanned, said here and in the report
         add_sboms(engine, todo, matrix.path, report)  # the SBOM layer: /opt/imagebuild/sbom.json (issue 16)
         # size and budget (matrix size_budgets): the largest layers with their steps; over budget: exit 3
         by_name = {spec.target: spec for spec in specs}
         add_sizes([by_name[r.target] for r in todo], todo, matrix.model.size_budgets, {t.name for t in matrix.targets})
-        post_cache.remember(built, todo, report)
+        post_cache.remember(built, todo, report, required)
         write_report(report, engine, results, matrix.path.resolve().parent)
         click.echo(f"build report: {report}")
         raise_on_failure(results, report)

@@ -188,7 +188,11 @@ def _stages(target: Target, resolution: Resolution) -> tuple[Stage, ...]:
         included = [n for n, _ in target.components if (c := resolution.components.get(n)) is not None and c.included]
         own = image_ref(platform.base_image, platform.base_digest)
         return tuple(
-            Stage(name, own if parent == f"@{target.oci_platform}" else parent.replace("@", "base image of "))
+            Stage(
+                name,
+                own if parent == f"@{target.oci_platform}" else parent.replace("@", "base image of "),
+                dict(resolution.env) if name == "final" else {},  # the arch variables ship in the final stage
+            )
             for name, parent in cross.stage_names(target, included)
         )
     stages = [Stage("base", image_ref(platform.base_image, platform.base_digest))]

@@ -255,6 +255,17 @@ def disallowed(doc: ArchCoverage) -> str:
     return f"arch coverage: {named}" + (f"; and {len(bad) - 5} more" if len(bad) > 5 else "")
 
 
+def required_libraries(specs: Iterable[Any]) -> dict[str, list[Required]]:
+    """Per image name (a BuildSpec's target), the libraries its matrix target requires on every requested arch
+    (`coverage_required` in matrix.yaml)."""
+    out: dict[str, list[Required]] = {}
+    for spec in specs:
+        names = spec.plan.target.coverage_required if spec.plan is not None else ()
+        if names:
+            out[spec.target] = [Required.parse(name) for name in names]
+    return out
+
+
 def add_coverage(
     engine: Engine,
     results: list[TargetResult],

@@ -83,6 +83,15 @@ def provenance(
         deps.append({"name": "imagebuild checkout", "digest": {"gitCommit": commit}})
     deps.append({"name": "matrix", "uri": matrix_path, "digest": {"sha256": labels.get("io.imagebuild.matrix-sha256")}})
     deps += _manifest_dependencies(manifest, component_sources) if manifest else []
+    for sub in _base_substitution(labels).get("base_substitution", []):  # what the build really started FROM
+        digest = str(sub.get("used_digest") or "")
+        deps.append(
+            {
+                "name": f"base image used ({sub.get('platform')}), in place of {sub.get('public')}",
+                "uri": f"docker-image:{sub.get('used')}",
+                "digest": {"sha256": digest.removeprefix("sha256:")} if digest.startswith("sha256:") else {},
+            }
+        )
     builder_id, invocation = _builder()
     metadata = {k: v for k, v in {"invocationId": invocation, "finishedOn": built_on}.items() if v}
     return {
@@ -93,6 +102,7 @@ def provenance(
                 "matrix": {"path": matrix_path, "sha256": labels.get("io.imagebuild.matrix-sha256")},
                 "arches": labels.get("io.imagebuild.arches"),
                 "lock": _lock_record(labels),
+                **_base_substitution(labels),
             },
             "internalParameters": {
                 "manifest": manifest.to_dict() if manifest else {},
@@ -136,6 +146,15 @@ def _manifest_dependencies(
         if dep:
             deps.append(dep)
     return deps
+
+
+def _base_substitution(labels: Mapping[str, str]) -> dict[str, Any]:
+    """The base the image was built FROM in place of the public one (`--base-substitute`): both names and the
+    digest used, from its label; nothing when it was built FROM its own base."""
+    from imagebuild.build.base_substitute import from_labels
+
+    records = from_labels(dict(labels))
+    return {} if records is None else {"base_substitution": records}
 
 
 def _lock_record(labels: Mapping[str, str]) -> dict[str, Any]:

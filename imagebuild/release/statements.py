@@ -53,12 +53,14 @@ class MatrixParameter(Model):
 
 @dataclass
 class ExternalParameters(Model):
-    """What the build was asked for: the target, the matrix, the arches, the lock record."""
+    """What the build was asked for: the target, the matrix, the arches, the lock record, the base substitution."""
 
     target: str | None = None
     matrix: MatrixParameter | None = None
     arches: str | None = None
     lock: dict[str, Any] = field(default_factory=dict)
+    # build/base_substitute.py: per FROM the build read, the public base and the one used, with its digest
+    base_substitution: list[dict[str, Any]] | None = None
 
 
 @dataclass
