@@ -20,15 +20,15 @@ from imagebuild.plan.image_key import ImageKey
 from imagebuild.report import records
 from imagecontract.blob import MissingFile, read_bounded
 from imagecontract.models import ArchCoverage, ModelError, SmokeReport
+from imagecontract.text import printable
 
 MAX_EVIDENCE_BYTES = 32 << 20  # a coverage document of a large image is a few MB; a report past this is refused
 MAX_SAID = 160  # characters of an untrusted text quoted in a warning line
 
 
 def said(text: object, limit: int = MAX_SAID) -> str:
-    """Untrusted text for a warning line: control characters as `?`, at most `limit` characters."""
-    out = "".join(c if c.isprintable() else "?" for c in str(text)[: limit + 1])
-    return out if len(out) <= limit else out[: limit - 3] + "..."
+    """Untrusted text for a warning line: the one terminal rule (imagecontract.text.printable)."""
+    return printable(text, limit)
 
 
 def validation_said(exc: ValidationError) -> str:
