@@ -223,13 +223,15 @@ stop_engine() {  # SOCKET NAME LEGACY_PIDFILE: stop the engine this script start
     exit 1
 }
 
-install_engine() {  # DIR DOCKERD_VERSION CONTAINERD_VERSION SUITE: dockerd and containerd of one Debian release
+install_engine() {  # DIR DOCKERD_VERSION CONTAINERD_VERSION SUITE: dockerd and containerd of one Debian release;
+    # ENGINE_CHANGED=1 when it (re)installed them (not a return status: set -e does not act in an `if` condition)
     local dir="$1" want="$2 $3" fetch="${4}_fetch" fetched="$TRIXIE_DIR/x"
     [[ "$4" == forky ]] && fetched="$FORKY_DIR/x"
     local stamp="$dir/installed"
+    ENGINE_CHANGED=0
     if [[ -x "$dir/bin/dockerd" && -f "$stamp" ]] \
         && [[ "$(cat "$stamp")" == "$want $(cat "$dir/bin/dockerd" "$dir/bin/containerd" | sha256sum | cut -d' ' -f1)" ]]; then
-        return 1  # nothing changed
+        return 0
     fi
     local next="$dir.new"
     rm -rf "$next" && mkdir -p "$next/bin"
@@ -239,15 +241,16 @@ install_engine() {  # DIR DOCKERD_VERSION CONTAINERD_VERSION SUITE: dockerd and 
     install -m 0755 "$fetched"/usr/sbin/{dockerd,docker-proxy} "$next/bin/"
     echo "$want $(cat "$next/bin/dockerd" "$next/bin/containerd" | sha256sum | cut -d' ' -f1)" >"$next/installed"
     rm -rf "$dir.old" && { [[ ! -e "$dir" ]] || mv "$dir" "$dir.old"; } && mv "$next" "$dir"
+    ENGINE_CHANGED=1
 }
 
 install_engines() {  # an engine that runs binaries being replaced is stopped; start_engines starts it again
-    if install_engine "$DOCKER28_DIR" "$DOCKER28_DEB_VERSION" "$CONTAINERD2_DEB_VERSION" forky \
-        && [[ "$(server_version "$ENGINE_SOCK")" == 28.* ]]; then
+    install_engine "$DOCKER28_DIR" "$DOCKER28_DEB_VERSION" "$CONTAINERD2_DEB_VERSION" forky
+    if ((ENGINE_CHANGED)) && [[ "$(server_version "$ENGINE_SOCK")" == 28.* ]]; then
         stop_engine "$ENGINE_SOCK" docker28 /dev/null
     fi
-    if install_engine "$DOCKER26_DIR" "$DOCKER26_DEB_VERSION" "$CONTAINERD17_DEB_VERSION" trixie \
-        && [[ -n "$(server_version "$DOCKER26_SOCK")" ]]; then
+    install_engine "$DOCKER26_DIR" "$DOCKER26_DEB_VERSION" "$CONTAINERD17_DEB_VERSION" trixie
+    if ((ENGINE_CHANGED)) && [[ -n "$(server_version "$DOCKER26_SOCK")" ]]; then
         stop_engine "$DOCKER26_SOCK" docker26 "$DOCKER26_ROOT/dockerd.pid"
     fi
     rm -rf "$DOCKER28_DIR.old" "$DOCKER26_DIR.old"
@@ -392,9 +395,13 @@ suite_fetch() {  # SUITE DIR PACKAGE VERSION: download the .deb of Debian SUITE,
     local keyring=/usr/share/keyrings/debian-archive-keyring.gpg
     mkdir -p "$dir/lists/partial" "$dir/archives/partial" "$dir/x"
     printf 'deb [signed-by=%s] %s %s main\n' "$keyring" "$(debian_mirror)" "$suite" >"$dir/sources.list"
+    # Check-Valid-Until off for this private state only: a testing suite's Release expires within days, and a mirror
+    # that serves a frozen copy (seen: forky "expired 27d" on a stock Debian 12 here) would refuse it. Nothing is
+    # lost: the Release is still checked against the keyring, and we ask for exact versions and check each .deb's
+    # SHA256 from that signed index, so an old (replayed) index can only lack the version, never change its bytes.
     local o=(-o "Dir::Etc::sourcelist=$dir/sources.list" -o "Dir::Etc::sourceparts=-"
         -o "Dir::State::Lists=$dir/lists" -o "Dir::Cache::archives=$dir/archives"
-        -o "Dir::State::status=/dev/null" -o "APT::Sandbox::User=root")
+        -o "Dir::State::status=/dev/null" -o "APT::Sandbox::User=root" -o "Acquire::Check-Valid-Until=false")
     log "fetch ${pkg} ${version} from Debian ${suite}"
     apt-get "${o[@]}" update -qq
     (cd "$dir" && rm -f "${pkg}"_*.deb && apt-get "${o[@]}" download -qq "${pkg}=${version}")
