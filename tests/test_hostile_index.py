@@ -30,8 +30,7 @@ import pytest
 import requests
 
 from imagebuild.engine.registry import MANIFEST_LIMIT, Registry, RegistryError, RepoRef
-from imagebuild.release.index import index_children
-from imagebuild.release.ociindex import OCI_INDEX, IndexMismatch, checked_index, media_types, read_index
+from imagebuild.release.ociindex import OCI_INDEX, IndexMismatch, checked_index, index_children, media_types, read_index
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 

@@ -106,7 +106,7 @@ MAY_IMPORT = {
     "report": {"release", "plan", "matrix", "engine"},
     "commands": {"matrix", "plan", "render", "build", "engine", "prove", "release", "tunableop", "lock", "report"},
 }
-SHARED = {"imagebuild", "imagebuild.errors", "imagebuild.envvars"}
+SHARED = {"imagebuild", "imagebuild.errors", "imagebuild.envvars", "imagebuild.signals"}  # signals: stdlib only
 
 
 def _folder(module: str) -> str:

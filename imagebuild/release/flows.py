@@ -22,7 +22,8 @@ from imagebuild.errors import ConfigError, PublishFailed
 from imagebuild.matrix.oci import slug
 from imagebuild.release import signing_options as signing
 from imagebuild.release.gate import Passed, SmokeReports
-from imagebuild.release.index import PlatformImage, index_children, push_children, write_indexes
+from imagebuild.release.index import PlatformImage, push_children, write_indexes
+from imagebuild.release.ociindex import index_children
 from imagebuild.release.promise import check_promises
 from imagebuild.release.publish import (
     PublishResult,
@@ -190,7 +191,7 @@ def publish_index(client: docker.DockerClient, job: Job, keys: Sequence[ImageKey
         check_promises([dict(i.image.labels or {}) for i in images], tags, index=True)
         children_results = {i.platform: job.result(i.name, i.ref.image_id, ref=i.ref) for i in images}
         children = push_children(client, images, job.dest, children_results, job.log)
-        from imagebuild.release.signing import undone_unless_complete
+        from imagebuild.release.sign_journal import undone_unless_complete
 
         with undone_unless_complete(job.dest, job.log):  # interrupted: no child's `.sig`/`.att` half written
             for key, item in zip(keys, images, strict=True):  # each child signed, then the index, then tags move

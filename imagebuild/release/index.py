@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from imagebuild.engine.registry import Registry, RepoRef
 from imagebuild.plan.image_key import ImageKey
-from imagebuild.release.ociindex import Child, assemble, checked_index, verify_index
+from imagebuild.release.ociindex import Child, assemble, verify_index
 from imagebuild.release.publish import (
     PublishResult,
     publish_image,
@@ -83,7 +83,7 @@ def write_indexes(
     result.digest, result.digest_ref, result.staging_ref = digest, f"{dest}@{digest}", f"{dest}:{staging}"
     record_media_types(result, registry, dest, digest)
     if before_tags is not None:
-        from imagebuild.release.signing import undone_unless_complete
+        from imagebuild.release.sign_journal import undone_unless_complete
 
         with undone_unless_complete(dest, log):  # interrupted or failed: no `.sig`/`.att` tag left half written
             before_tags()
@@ -94,10 +94,3 @@ def write_indexes(
             f"verifying {dest}:{tag}", lambda tag=tag: verify_index(registry, dest.repo, tag, digest, children)
         )
         result.refs.append(f"{dest}:{tag}")
-
-
-def index_children(registry: Registry, repo: RepoRef, reference: str) -> dict[str, str] | None:
-    """platform -> child digest when reference is an index (every entry checked against its child:
-    ociindex.checked_index), None when it is one image."""
-    index = checked_index(registry, repo.repo, reference)
-    return None if index is None else index.children

@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from imagebuild.engine.registry import CONFIG_LIMIT, MANIFEST_LIMIT, Registry, RegistryError
+from imagebuild.engine.registry import CONFIG_LIMIT, MANIFEST_LIMIT, Registry, RegistryError, RepoRef
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -336,3 +336,10 @@ def verify_index(registry: Registry, repo: str, tag: str, index_digest: str, chi
     wanted = {c.platform: c.digest for c in children}
     if found != wanted:
         raise IndexMismatch(f"{repo}:{tag} holds {found}, expected {wanted}")
+
+
+def index_children(registry: Registry, repo: RepoRef, reference: str) -> dict[str, str] | None:
+    """platform -> child digest when reference is an index (every entry checked against its child:
+    checked_index), None when it is one image."""
+    index = checked_index(registry, repo.repo, reference)
+    return None if index is None else index.children

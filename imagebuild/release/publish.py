@@ -243,7 +243,7 @@ def publish_image(
     result.digest = digest
     result.digest_ref = f"{repo}@{digest}"
     if before_tags is not None:
-        from imagebuild.release.signing import undone_unless_complete
+        from imagebuild.release.sign_journal import undone_unless_complete
 
         with undone_unless_complete(repo, log):  # interrupted or failed: no `.sig`/`.att` tag left half written
             before_tags()
@@ -289,7 +289,7 @@ def promote(
         if src.repo != dest.repo:
             log(f"stage {src}@{resolved} -> {dest}@{resolved}")
             with_retries(f"copying to {dest}", lambda: registry.copy(src.repo, resolved, dest.repo, resolved))
-        from imagebuild.release.signing import undone_unless_complete
+        from imagebuild.release.sign_journal import undone_unless_complete
 
         with undone_unless_complete(dest, log):  # interrupted or failed: no `.sig`/`.att` tag left half written
             before_tags(resolved)

@@ -8,12 +8,10 @@ as the in-toto statement cosign signed, read back from the registry (`attestatio
 
 from __future__ import annotations
 
-import contextvars
 import io
 import json
 import tarfile
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +25,7 @@ from imagebuild.errors import ConfigError, PublishFailed
 from imagebuild.release import attest
 from imagebuild.release.sbom import IMAGE_PATH as SBOM_PATH
 from imagebuild.release.sbom import validate
+from imagebuild.release.sign_journal import remember_sig_att
 from imagecontract.atomic import write_atomic
 from imagecontract.models import Manifest
 
@@ -137,68 +136,12 @@ def _smoke(passed: Sequence[Passed]) -> list[tuple[str, dict[str, Any]]]:
     return [(p.arch, p.report.to_dict()) for p in passed]
 
 
-# The `.sig`/`.att` tags a signing stage may write, as they were before it: (repo, tag) -> (manifest digest,
-# bytes, media type), or None for a tag that did not exist. Set by undone_unless_complete for its block.
-_Before = dict[tuple[str, str], tuple[str, bytes, str] | None]
-_JOURNAL: contextvars.ContextVar[tuple[RepoRef, _Before] | None] = contextvars.ContextVar("signing", default=None)
-
-
-def _remember(repo: RepoRef, digest: str) -> None:
-    """Record the `.sig`/`.att` tags of repo@digest as they are now, before this signing stage writes them."""
-    journal = _JOURNAL.get()
-    if journal is None:
-        return
-    registry = Registry(repo)
-    for suffix in (".sig", ".att"):
-        tag = digest.replace(":", "-") + suffix
-        if (repo.repo, tag) in journal[1]:
-            continue
-        try:
-            now = registry.digest(repo.repo, tag)
-            journal[1][(repo.repo, tag)] = None if now is None else (now, *registry.manifest(repo.repo, now))
-        except RegistryError as exc:
-            raise PublishFailed(f"reading {repo}:{tag} before signing failed: {exc}") from exc
-
-
-@contextmanager
-def undone_unless_complete(dest: RepoRef, log: Callable[[str], None]) -> Iterator[None]:
-    """A signing stage (before any public tag moves) that leaves no `.sig`/`.att` tag behind unless it completes:
-    on any exception, SIGINT's KeyboardInterrupt and SIGTERM's Terminated included (imagebuild/signals.py), every
-    such tag it wrote is put back as it was (deleted when it did not exist). A cosign child still writing was
-    killed first (subprocess.run kills it on the way out)."""
-    journal: _Before = {}
-    token = _JOURNAL.set((dest, journal))
-    try:
-        yield
-    except BaseException:
-        _restore(dest, journal, log)
-        raise
-    finally:
-        _JOURNAL.reset(token)
-
-
-def _restore(dest: RepoRef, journal: _Before, log: Callable[[str], None]) -> None:
-    registry = Registry(dest)
-    for (repo, tag), before in reversed(journal.items()):
-        try:
-            now = registry.digest(repo, tag)
-            if now == (before[0] if before else None):
-                continue
-            log(f"undo {dest.host}/{repo}:{tag} ({'put back' if before else 'removed'}: the signing did not complete)")
-            if before is not None:
-                registry.put_manifest(repo, tag, before[1], before[2])
-            elif now is not None:
-                registry.delete_manifest(repo, now)
-        except RegistryError as exc:  # said, never hiding the error that got us here
-            log(f"warning: {dest.host}/{repo}:{tag} could not be undone: {exc}")
-
-
 def _attach(
     repo: RepoRef, digest: str, items: list[tuple[str, str, Path]], signer: Signer, log: Callable[[str], None]
 ) -> list[str]:
     ref = f"{repo}@{digest}"
     done = []
-    _remember(repo, digest)
+    remember_sig_att(repo, digest)
     try:
         log(f"sign {ref} ({signer.describe()})")
         sign(ref, signer)
@@ -306,7 +249,7 @@ def sign_promoted(
     tag = digest.replace(":", "-") + ".att"
     registry = Registry(dest)
     items: list[tuple[str, str, Path]] = []
-    _remember(dest, digest)  # before the staged attestations are copied over its `.att`
+    remember_sig_att(dest, digest)  # before the staged attestations are copied over its `.att`
     try:
         staged = registry.digest(src.repo, tag)
         if staged and src.repo != dest.repo:

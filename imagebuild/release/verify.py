@@ -17,8 +17,7 @@ from imagebuild.engine.cosign import CosignError, Verifier, verified_statements,
 from imagebuild.engine.registry import Registry, RegistryError, RepoRef
 from imagebuild.errors import ConfigError
 from imagebuild.release import attest, statements
-from imagebuild.release.index import index_children
-from imagebuild.release.ociindex import IndexMismatch
+from imagebuild.release.ociindex import IndexMismatch, index_children
 from imagebuild.release.publish import report_refusal
 from imagebuild.release.sbom import validate
 from imagebuild.release.statements import Statement

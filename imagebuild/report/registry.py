@@ -7,7 +7,7 @@ from imagebuild.engine.cosign import CosignError, Verifier, verified_statements
 from imagebuild.engine.registry import Registry, RegistryError, RepoRef
 from imagebuild.errors import ConfigError
 from imagebuild.release import attest
-from imagebuild.release.index import index_children
+from imagebuild.release.ociindex import index_children
 from imagebuild.release.statements import statement_bytes
 from imagebuild.release.verify import Verification, parse_ref, verify_image
 from imagebuild.report.model import NOT_RUN, Row
