@@ -332,7 +332,10 @@ def build_app(limits: Limits, upstream: dict[str, int], model: str | None) -> An
         if length is not None and (not length.isascii() or not length.isdigit() or len(length) > 19):
             raise Refused(400, "Content-Length is not a number", headers={"Connection": "close"})
         if length is not None and int(length) > limits.max_request_bytes:
-            raise Refused(413, too_large, headers={"Connection": "close"})
+            # No `Connection: close` here: closing while the client still sends its declared body makes the kernel
+            # answer with a reset that can discard our 413 before the client reads it (the smoke's oversize-body
+            # case saw BrokenPipeError under load); uvicorn reads and drops the rest, bounded by the header deadline.
+            raise Refused(413, too_large)
         chunks, size = [], 0
         try:
             async with asyncio.timeout(limits.body_timeout_s):

@@ -402,3 +402,14 @@ def test_the_smoke_runtime_check_requires_a_404_for_another_model_behind_the_gua
 def test_the_smoke_runtime_check_fails_a_server_that_serves_any_model_it_is_asked_for(tmp_path: Path) -> None:
     check = _smoked(tmp_path, guarded=False)
     assert check["status"] == "failed" and "another-model: answered 200" in str(check["reason"]), check["reason"]
+
+
+def test_an_oversize_declared_body_gets_its_413_read_by_the_smoke_client(guard: Guard) -> None:
+    """The smoke's own client (http.client, whole body sent) reads a 413 for a body past the limit, every time:
+    closing while the client still sends made the kernel reset the connection, and the smoke's oversize-body case
+    failed with BrokenPipeError under load (seen in three e2e runs of this round; 64 MB: more than loopback buffers)."""
+    from smoke.hostile import request
+
+    body = json.dumps({"model": MODEL, "prompt": "x" * (64 << 20)}).encode()
+    statuses = [request(guard.url, "POST", "/v1/completions", body, 30).status for _ in range(5)]
+    assert statuses == [413] * 5
