@@ -277,6 +277,8 @@ NOT_INJECTED = {
     "RuntimeOnOci.unavailable": "unset in matrix.yaml; a reason (Text: no newline) for errors and the manifest",
     "PlatformOnOci.base_digest": "unset in matrix.yaml; a Digest (sha256: and 64 hex digits) holds no shell character",
     "SizeBudget.compressed_mb": "unset in matrix.yaml; an int (ge=1), never rendered into a Dockerfile or shell line",
+    "PipRuntime.packages": "unset for transformers-serve (a requirements file); the same field of vllm is injected",
+    "VllmRuntime.requirements": "refused for a vllm runtime (runtime_vllm.py): the lock resolves its packages",
 }
 
 
