@@ -206,7 +206,7 @@ def git_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
             break
         time.sleep(0.1)
     yield url, first.stdout.strip(), tree.stdout.strip()
-    os.kill(daemon.pid, signal.SIGKILL)
+    os.killpg(daemon.pid, signal.SIGKILL)  # the group: `git daemon` runs git-daemon as its child
     daemon.wait(timeout=10)
 
 
