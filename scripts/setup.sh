@@ -41,7 +41,10 @@ install_apt() {
 # the shell that ran it, and README's commands are scripts). quickstart.sh, test.sh and .ci/run put $VENV/bin first
 # on PATH themselves, so pytest, ruff, check-jsonschema and every `python3` they start are the venv's.
 VENV="${IMAGEBUILD_VENV:-$REPO_ROOT/.venv}"
-SYSTEM_PYTHON=/usr/bin/python3  # Debian's; only ever used to make the venv and for stdlib-only checks
+# Debian's; only ever used to make the venv and for stdlib-only checks. IMAGEBUILD_PYTHON names another interpreter
+# for the venv (Debian 12's 3.11.2 lacks tarfile's data filter, PEP 706, 3.11.4+: imagebuild/engine/export.py refuses
+# to unpack exported images there, seen in the stock-Debian rehearsal; issue 29)
+SYSTEM_PYTHON="${IMAGEBUILD_PYTHON:-/usr/bin/python3}"
 APT_PACKAGES+=(python3 python3-venv ca-certificates git)  # git: builds label their revision, tests make git repos
 IMAGEBUILD_LINK="${IMAGEBUILD_LINK:-/usr/local/bin/imagebuild}"
 
@@ -110,7 +113,10 @@ have_dist() {  # installed in the venv, checked outside the repository so its so
 }
 
 install_venv() {
-    if ! "$VENV/bin/python" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)' 2>/dev/null; then
+    local want
+    want="$("$SYSTEM_PYTHON" -c 'import sys; print(sys.version)')"
+    if ! "$VENV/bin/python" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix or sys.version != sys.argv[1])' \
+        "$want" 2>/dev/null; then
         log "${SYSTEM_PYTHON} -m venv ${VENV}"
         rm -rf "$VENV"
         "$SYSTEM_PYTHON" -m venv "$VENV"
