@@ -46,6 +46,9 @@ VENV="${IMAGEBUILD_VENV:-$REPO_ROOT/.venv}"
 # to unpack exported images there, seen in the stock-Debian rehearsal; issue 29)
 SYSTEM_PYTHON="${IMAGEBUILD_PYTHON:-/usr/bin/python3}"
 APT_PACKAGES+=(python3 python3-venv ca-certificates git)  # git: builds label their revision, tests make git repos
+# g++ and the Python headers: torch.compile's CPU backend (inductor) compiles C++ (tests/test_kernels_cpu.py); a stock
+# Debian has neither ("InvalidCxxCompiler: No working C++ compiler", seen in the stock-Debian rehearsal)
+APT_PACKAGES+=(g++ python3-dev)
 IMAGEBUILD_LINK="${IMAGEBUILD_LINK:-/usr/local/bin/imagebuild}"
 
 # torch, on the host for the smoke suite's and the CPU kernels' tests (tests/test_smoke_*.py, test_kernels_cpu.py:
