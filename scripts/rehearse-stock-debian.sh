@@ -16,7 +16,8 @@
 #   variables of quickstart.sh and the tests), not on the 127.0.0.1:5000 this machine's own registry holds. The
 #   linux/arm64 base that matrix.yaml names, 127.0.0.1:5000/imagebuild-base/debian:bookworm-arm64, is therefore
 #   read from this machine's registry by the builds inside (setup.sh inside pushes its own to the rehearsal's).
-# - this machine's egress re-signs TLS: its CA bundle goes in as PIP_CERT (as on the host), read-only.
+# - this machine's egress re-signs TLS: its CA bundle goes in as PIP_CERT (as on the host), read-only, and into the
+#   system store (update-ca-certificates), as on the host.
 # - the torch CPU wheel of the local wheelhouse (/opt/wheels, read-only): setup.sh would fetch it from
 #   download.pytorch.org, which this machine cannot reach; it checks the file against matrix.lock.json either way.
 # - the checkout is a git clone of HEAD (from a bundle: committed files only, like `git archive HEAD`, but with
@@ -75,6 +76,9 @@ out=/rehearse/out
 facts() { printf '%s=%s\n' "$1" "$2" >>"$out/facts.env"; }
 facts python3_before "$(command -v python3 || echo none)"
 apt-get update -qq && apt-get install -y -qq --no-install-recommends git ca-certificates >/dev/null
+# this machine's egress CA in the system store too: pip --isolated (tests/test_cuda_coverage.py) ignores PIP_CERT,
+# and Debian's pip reads the system bundle
+cp /rehearse/ca.crt /usr/local/share/ca-certificates/rehearse-egress.crt && update-ca-certificates >/dev/null 2>&1
 git clone -q /rehearse/repo.bundle /root/imagebuild && cd /root/imagebuild || exit 90
 final=0
 for c in $COMMANDS; do
