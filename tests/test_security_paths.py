@@ -128,7 +128,9 @@ def test_refused_with_a_located_line_and_nothing_written(tmp_path: Path, cli, ca
 
 def test_a_name_of_exactly_128_characters_is_a_tag(tmp_path: Path, cli) -> None:
     d = data()
-    d["targets"][1]["name"] = "l" * 128
+    old, d["targets"][1]["name"] = d["targets"][1]["name"], "l" * 128
+    if old in d.get("size_budgets", {}):  # a budget names its target (checked at load)
+        d["size_budgets"]["l" * 128] = d["size_budgets"].pop(old)
     (tmp_path / "kernels").mkdir()
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text(yaml.safe_dump(d, sort_keys=False))
