@@ -45,7 +45,19 @@ def member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.
     return info
 
 
-def test_unpack_keeps_the_tree_and_refuses_what_leaves_it(tmp_path: Path) -> None:
+@pytest.fixture(params=["stdlib data filter", "fallback for Python < 3.11.4"])
+def data_filter(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways unpack applies the `data` rules: tarfile's own filter, and the fallback Debian 12's Python 3.11.2
+    (the venv's interpreter on a stock machine) takes."""
+    if request.param.startswith("stdlib"):
+        if not hasattr(tarfile, "data_filter"):
+            pytest.skip("this Python has no tarfile data filter (3.11.4+); the fallback case runs instead")
+    else:
+        monkeypatch.setattr("imagebuild.engine.export.HAS_DATA_FILTER", False)
+    return str(request.param)
+
+
+def test_unpack_keeps_the_tree_and_refuses_what_leaves_it(tmp_path: Path, data_filter: str) -> None:
     dest = tmp_path / "root"
     dest.mkdir()
     stream = tar_of(
@@ -66,7 +78,29 @@ def test_unpack_keeps_the_tree_and_refuses_what_leaves_it(tmp_path: Path) -> Non
     assert not (dest / "usr/lib/up").exists() and not (dest / "usr/lib/fifo").exists()
     assert {"../escape.so", "usr/lib/out", "usr/lib/up", "usr/lib/fifo"} <= set(stats.skipped)
     assert (dest / "usr/lib/hard").read_bytes() == b"x" * 10  # a hard link inside the tree is kept
+    assert (dest / "etc/abs-file").read_bytes() == b"abs" and not Path("/etc/abs-file").exists()
     assert stats.files >= 2
+
+
+def test_unpack_refuses_a_path_through_a_symlink_and_a_hard_link_out_of_the_tree(
+    tmp_path: Path, data_filter: str
+) -> None:
+    dest = tmp_path / "root"
+    dest.mkdir()
+    (tmp_path / "outside").mkdir()
+    stream = tar_of(
+        [
+            (member("in", tarfile.SYMTYPE, "."), None),  # a symlink inside the tree: kept
+            (member("in/../../outside/planted"), b"evil"),  # through it and out
+            (member("hard-out", tarfile.LNKTYPE, "../outside"), None),
+            (member("dir", tarfile.DIRTYPE), None),
+            (member("dir/ok"), b"ok"),
+        ]
+    )
+    stats = unpack(stream, dest, limit=1 << 20)
+    assert not (tmp_path / "outside" / "planted").exists() and not (dest / "hard-out").exists()
+    assert (dest / "dir/ok").read_bytes() == b"ok"
+    assert {"in/../../outside/planted", "hard-out"} <= set(stats.skipped)
 
 
 def test_unpack_stops_at_the_limit_before_writing(tmp_path: Path) -> None:

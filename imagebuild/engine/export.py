@@ -4,11 +4,13 @@ For images that cannot run the coverage scanner (no python3 in them): the host s
 The tar stream comes from the engine, but its names and links are the image's, untrusted: every member goes through
 tarfile's `data` filter (no absolute paths, no `..`, no links leaving the tree, no device nodes or FIFOs, no setuid
 bits), hard links are kept only inside the tree, and the bytes written are counted against `limit`, checked on each
-member's declared size before anything of it is written.
+member's declared size before anything of it is written. Debian 12's own Python is 3.11.2, older than that filter
+(3.11.4, PEP 706): there the same rules are applied by `_data_filter` (the venv setup.sh makes uses that Python).
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import tarfile
@@ -25,8 +27,18 @@ CREATE_TIMEOUT = 120
 EXPORT_TIMEOUT = 3600
 
 
+HAS_DATA_FILTER = hasattr(tarfile, "data_filter")  # Python 3.11.4+ (PEP 706)
+
+
 class ExportError(Exception):
     """The engine could not export the image, or the tree is over the limit."""
+
+
+class _Refused(Exception):
+    """A member the data filter's rules refuse (the fallback's own FilterError)."""
+
+
+_REFUSED: tuple[type[BaseException], ...] = (getattr(tarfile, "FilterError", _Refused), _Refused, OSError)
 
 
 @dataclass
@@ -39,8 +51,6 @@ class ExportStats:
 
 def unpack(stream: IO[bytes], dest: Path, limit: int) -> ExportStats:
     """Unpack a tar stream into `dest` (which must exist); members the `data` filter refuses are skipped."""
-    if not hasattr(tarfile, "data_filter"):  # Python 3.11.4+ (PEP 706)
-        raise ExportError("unpacking an exported image safely needs Python >= 3.11.4 (tarfile's data filter)")
     stats = ExportStats()
     with tarfile.open(fileobj=stream, mode="r|") as tar:
         for member in tar:
@@ -52,14 +62,42 @@ def unpack(stream: IO[bytes], dest: Path, limit: int) -> ExportStats:
                 _skip(stats, member.name)
                 continue
             try:
-                tar.extract(member, dest, set_attrs=False, filter="data")
-            except (tarfile.FilterError, OSError):
+                if HAS_DATA_FILTER:
+                    tar.extract(member, dest, set_attrs=False, filter="data")
+                else:
+                    tar.extract(_data_filter(member, dest), dest, set_attrs=False)
+            except _REFUSED:
                 _skip(stats, member.name)
                 continue
             if member.isfile():
                 stats.files += 1
                 stats.bytes += member.size
     return stats
+
+
+def _inside(root: str, *parts: str) -> bool:
+    """Whether the path, its symlinks on disk resolved, stays under root (itself included)."""
+    return os.path.commonpath([root, os.path.realpath(os.path.join(root, *parts))]) == root
+
+
+def _data_filter(member: tarfile.TarInfo, dest: Path) -> tarfile.TarInfo:
+    """PEP 706's `data` rules for a Python without them, on the members unpack lets through (files, directories,
+    links; mode bits are never applied: set_attrs=False): a leading `/` dropped from the name, the name and a hard
+    link's target resolved inside dest, a symlink's target relative and resolved inside dest."""
+    root = os.path.realpath(dest)
+    name = member.name.lstrip("/")
+    if not name or not _inside(root, name):
+        raise _Refused(member.name)
+    kept = copy.copy(member)
+    kept.name = name
+    if member.issym():
+        if os.path.isabs(member.linkname) or not _inside(root, os.path.dirname(name), member.linkname):
+            raise _Refused(member.name)
+    elif member.islnk():
+        kept.linkname = member.linkname.lstrip("/")
+        if not _inside(root, kept.linkname):
+            raise _Refused(member.name)
+    return kept
 
 
 def _skip(stats: ExportStats, name: str) -> None:
