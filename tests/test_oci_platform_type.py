@@ -152,7 +152,6 @@ def test_emulated_platforms_have_their_qemu_binfmt_entry() -> None:
 # here when its file is swapped (the test fails on an entry with nothing left to allow).
 ARCH_WORD = re.compile(r"(?<![A-Za-z0-9])(?:amd64|arm64|x86_64|aarch64|ppc64le|s390x)(?![A-Za-z0-9])")
 NOT_YET_SWAPPED = {
-    "imagebuild/release/ociindex.py": 2,  # _DEFAULT_VARIANT: oci_platform.default_variant(arch)
     "imagecontract/models/manifest.py": 1,  # the manifest's default `oci`: imagecontract may not import imagebuild
 }
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from imagebuild.engine.registry import CONFIG_LIMIT, MANIFEST_LIMIT, Registry, RegistryError, RepoRef
+from imagebuild.matrix.oci_platform import default_variant
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -267,8 +268,8 @@ def _config_platform(config: Mapping[str, object]) -> tuple[str, str, str]:
 
 
 # containerd's platforms.Normalize: the variant a client assumes when an entry names none, so `linux/arm64/v8`
-# and `linux/arm64` are the same platform to a pull (containerd/platforms@v0.2.1:platforms.go, Normalize).
-_DEFAULT_VARIANT = {"arm64": "v8", "amd64": "v1"}
+# and `linux/arm64` are the same platform to a pull (containerd/platforms@v0.2.1:platforms.go, Normalize); the
+# value per architecture is the OciPlatform type's (matrix/oci_platform.py default_variant).
 
 
 def platform_key(plat: Mapping[str, object]) -> tuple[str, str, str]:
@@ -277,7 +278,7 @@ def platform_key(plat: Mapping[str, object]) -> tuple[str, str, str]:
     if not isinstance(os_name, str) or not isinstance(arch, str) or not os_name or not arch:
         raise IndexMismatch(f"an index entry without os and architecture ({str(dict(plat))[:200]})")
     variant = variant if isinstance(variant, str) else ""
-    return os_name, arch, "" if variant == _DEFAULT_VARIANT.get(arch) else variant
+    return os_name, arch, "" if variant == default_variant(arch) else variant
 
 
 def read_index(registry: Registry, repo: str, reference: str) -> dict[str, str]:
