@@ -115,7 +115,8 @@ def test_labels_summarise_the_manifest() -> None:
 def test_arch_selects_targets_whose_platform_has_it_and_renders_for_it_alone() -> None:
     matrix = load_matrix(REPO / "matrix.yaml")
     assert [t.name for t in select_targets(matrix, [], "gfx942")] == ["rocm6.1-torch2.3"]
-    assert [t.name for t in select_targets(matrix, [], "sm_90")] == ["cuda12.1-torch2.3"]
+    assert [t.name for t in select_targets(matrix, [], "sm_90")] == ["cuda12.1-torch2.3", "cuda13.0-torch2.14"]
+    assert [t.name for t in select_targets(matrix, [], "sm_120")] == ["cuda13.0-torch2.14"]  # CUDA 12.1 has none
     (only,) = plan(matrix, [], PlanOptions(arch="gfx942"), env={})
     assert only.plan is not None and only.plan.stage("final").arch_env["PYTORCH_ROCM_ARCH"] == "gfx942"
     assert 'PYTORCH_ROCM_ARCH="gfx942"' in only.rendered_files["Dockerfile"]
