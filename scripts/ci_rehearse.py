@@ -398,7 +398,9 @@ class Rehearsal:
                 tar.add(REPO / ".git", arcname=".git")
             buf.seek(0)
             with tarfile.open(fileobj=buf, mode="r") as tar:
-                tar.extractall(snap, filter="tar")
+                # the tar written just above from this checkout: the `tar` filter where the Python has one (3.11.4+;
+                # Debian 12's own 3.11.2, the venv's interpreter on a stock machine, has none)
+                tar.extractall(snap, **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))
         subprocess.run(["chmod", "-R", "a+rX", str(snap)], check=True)
         return snap
 
