@@ -25,6 +25,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.gitserve import serving
+
 REPO = Path(__file__).resolve().parents[1]
 TORCH_WHEEL = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
 BASE = "local/h1-base:v1"
@@ -52,20 +54,8 @@ def git_source(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     tree = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD^{tree}"], capture_output=True, text=True)
     (root / "srv").mkdir()
     subprocess.run(["git", "clone", "-q", "--bare", str(src), str(root / "srv" / "r.git")], check=True, env=env)
-    port = _free_port()
-    daemon = subprocess.Popen(
-        ["git", "daemon", "--export-all", f"--base-path={root / 'srv'}", "--listen=127.0.0.1", f"--port={port}",
-         "--reuseaddr", str(root / "srv")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
-    url = f"git://127.0.0.1:{port}/r.git"
-    for _ in range(100):
-        if subprocess.run(["git", "ls-remote", url], capture_output=True).returncode == 0:
-            break
-        time.sleep(0.1)
-    yield url, commit.stdout.strip(), tree.stdout.strip()
-    os.killpg(daemon.pid, signal.SIGKILL)  # the group: `git daemon` runs git-daemon as its child
-    daemon.wait(timeout=10)
+    with serving(root / "srv") as url:
+        yield url, commit.stdout.strip(), tree.stdout.strip()
 
 
 class Project:

@@ -23,6 +23,7 @@ import pytest
 import requests
 
 from imagebuild.lock import images, lockfile, model, pipsets, remote
+from tests.gitserve import serving
 
 REPO = Path(__file__).resolve().parents[1]
 SERVICE, ISSUER = "h23-registry", "h23-token-issuer"
@@ -194,20 +195,8 @@ def git_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     subprocess.run(["git", "-C", str(src), "commit", "-q", "-am", "two"], check=True, env=env)
     (root / "srv").mkdir()
     subprocess.run(["git", "clone", "-q", "--bare", str(src), str(root / "srv" / "r.git")], check=True, env=env)
-    port = _free_port()
-    daemon = subprocess.Popen(
-        ["git", "daemon", "--export-all", f"--base-path={root / 'srv'}", "--listen=127.0.0.1", f"--port={port}",
-         "--reuseaddr", str(root / "srv")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
-    url = f"git://127.0.0.1:{port}/r.git"
-    for _ in range(100):
-        if subprocess.run(["git", "ls-remote", url], capture_output=True).returncode == 0:
-            break
-        time.sleep(0.1)
-    yield url, first.stdout.strip(), tree.stdout.strip()
-    os.killpg(daemon.pid, signal.SIGKILL)  # the group: `git daemon` runs git-daemon as its child
-    daemon.wait(timeout=10)
+    with serving(root / "srv") as url:
+        yield url, first.stdout.strip(), tree.stdout.strip()
 
 
 @pytest.fixture
