@@ -16,11 +16,10 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from imagebuild.report.evidence import Evidence, said, validation_said
+from imagebuild.report.evidence import Evidence, said, skipped_warning, validation_said
 
 MAX_FILES = 64  # bench documents plotted from one folder (sorted by name); more: a warning
 MAX_ENTRIES = 100_000  # entries of one skinny_linear list
-MAX_NAMED = 3  # skipped entries named in the file's warning line
 
 Text = Annotated[str, StringConstraints(max_length=300, pattern=r"^[^\x00-\x1f\x7f]*$")]
 
@@ -66,12 +65,7 @@ def parse(ev: Evidence, path: Path, doc: dict[str, Any]) -> BenchDocument | None
         except ValidationError as exc:
             skipped.append(f"skinny_linear[{i}] ({validation_said(exc)})")
     if skipped:
-        more = f", and {len(skipped) - MAX_NAMED} more" if len(skipped) > MAX_NAMED else ""
-        ev.warnings.append(
-            f"{said(ev.rel(path))}: {len(skipped)} of {len(bench.skinny_linear)} entries skipped: "
-            + "; ".join(skipped[:MAX_NAMED])
-            + more
-        )
+        ev.warnings.append(skipped_warning(ev.rel(path), skipped, len(bench.skinny_linear), "entries skipped"))
     return bench.model_copy(update={"rows": rows, "skinny_linear": []})
 
 

@@ -31,6 +31,15 @@ def said(text: object, limit: int = MAX_SAID) -> str:
     return printable(text, limit)
 
 
+MAX_NAMED = 3  # skipped entries named in a document's warning line
+
+
+def skipped_warning(where: str, skipped: list[str], total: int, what: str) -> str:
+    """One warning line for a document some of whose entries were skipped: how many, the first few named."""
+    more = f", and {len(skipped) - MAX_NAMED} more" if len(skipped) > MAX_NAMED else ""
+    return f"{said(where)}: {len(skipped)} of {total} {what}: " + "; ".join(skipped[:MAX_NAMED]) + more
+
+
 def validation_said(exc: ValidationError) -> str:
     """A pydantic error as one short line: where and what, never the value."""
     first = exc.errors(include_url=False, include_input=False)[:2]

@@ -21,12 +21,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from imagebuild.report.evidence import Evidence, validation_said
+from imagebuild.report.evidence import Evidence, skipped_warning, validation_said
 from imagebuild.report.model import HistoryPoint, Row
 from imagecontract.atomic import write_atomic
 
 MAX_POINTS = 5000  # the oldest go first
-MAX_NAMED = 3  # skipped points named in the file's warning line
 
 
 def _utc(value: str) -> str:
@@ -97,12 +96,8 @@ def load(ev: Evidence, path: Path) -> Loaded:
             kept.append(entry)
             skipped.append(f"points[{i}] ({validation_said(exc)})")
     if skipped:
-        more = f", and {len(skipped) - MAX_NAMED} more" if len(skipped) > MAX_NAMED else ""
-        ev.warnings.append(
-            f"{ev.rel(path)}: {len(skipped)} of {len(history.points)} points skipped (kept in the file as they are): "
-            + "; ".join(skipped[:MAX_NAMED])
-            + more
-        )
+        what = "points skipped (kept in the file as they are)"
+        ev.warnings.append(skipped_warning(ev.rel(path), skipped, len(history.points), what))
     return Loaded(points, kept, True)
 
 
