@@ -28,6 +28,19 @@ def _docker(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, check=False)
 
 
+def _build(ctx: Path, tag: str) -> None:
+    """docker build of a small test image from the local base (BuildKit, host network)."""
+    built = subprocess.run(
+        ["docker", "build", "-q", "--network", "host", "-t", tag, str(ctx)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DOCKER_BUILDKIT": "1"},
+        timeout=600,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr
+
+
 @pytest.fixture(scope="module")
 def sleeping_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """FROM the local base: a `python3` that sleeps (the smoke suite that never ends) and VOLUME /data."""
@@ -39,15 +52,7 @@ def sleeping_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         f"FROM {BASE}\nCOPY --chmod=755 python3 /usr/local/bin/python3\nRUN mkdir -p /data\nVOLUME /data\n"
     )
     tag = f"imagebuild-h34cli:sleeping-{uuid.uuid4().hex[:8]}"
-    built = subprocess.run(
-        ["docker", "build", "-q", "--network", "host", "-t", tag, str(ctx)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "DOCKER_BUILDKIT": "1"},
-        timeout=600,
-        check=False,
-    )
-    assert built.returncode == 0, built.stderr
+    _build(ctx, tag)
     yield tag
     _docker("rmi", "-f", tag)
 
@@ -200,15 +205,7 @@ def _image_whose_python_prints(tmp_path: Path, text: str) -> str:
     (ctx / "python3").write_text("#!/bin/sh\ncat /answer\n")
     (ctx / "Dockerfile").write_text(f"FROM {BASE}\nCOPY answer /answer\nCOPY --chmod=755 python3 /usr/local/bin/\n")
     tag = f"imagebuild-h34cli:probe-{uuid.uuid4().hex[:8]}"
-    built = subprocess.run(
-        ["docker", "build", "-q", "--network", "host", "-t", tag, str(ctx)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "DOCKER_BUILDKIT": "1"},
-        timeout=600,
-        check=False,
-    )
-    assert built.returncode == 0, built.stderr
+    _build(ctx, tag)
     return tag
 
 
