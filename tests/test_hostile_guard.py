@@ -1,4 +1,4 @@
-"""Issue 34: the serve guard (imagecontract/serve_guard.py) under slow, idle and impatient clients, over real
+"""Issue 34: the serve guard (smoke/serve_guard.py) under slow, idle and impatient clients, over real
 sockets, with the official `openai` Python client at its default settings.
 
 The guard runs as the image runs it (`python3 serve_guard.py ... -- RUNTIME`), in front of a small real upstream:
@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-GUARD = REPO / "imagecontract" / "serve_guard.py"
+GUARD = REPO / "smoke" / "serve_guard.py"
 MODEL = "/models/served"
 GENERATION_S = 0.5
 HEADER_S = 2  # --header-timeout-s and --body-timeout-s here (the guard's defaults: 10 and 30)

@@ -13,7 +13,7 @@ MAX_FUNCTION_LINES = 80
 # Over 80 lines, written by work in flight beside issue 20 (issue 23's lock, issue 21's serve guard): to be split
 # there; the list may only shrink (a name here that is no longer long fails too).
 LONG_IN_FLIGHT = {
-    "imagecontract/serve_guard.py build_app",
+    "smoke/serve_guard.py build_app",
 }
 
 

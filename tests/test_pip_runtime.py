@@ -56,7 +56,7 @@ def test_local_cpu_manifest_says_how_to_serve() -> None:
     assert runtime["kind"] == "pip" and runtime["api"] == "openai" and runtime["health"] == "/health"
     # The guard in front (issue 21: transformers serve has no limits of its own), the runtime behind it
     guard, own = runtime["serve"][: runtime["serve"].index("--")], runtime["serve"][runtime["serve"].index("--") + 1 :]
-    assert guard[:2] == ["python3", "/opt/imagebuild/imagecontract/serve_guard.py"] and "{port}" in guard
+    assert guard[:2] == ["python3", "/opt/imagebuild/smoke/serve_guard.py"] and "{port}" in guard
     limits = runtime["limits"]
     assert guard[guard.index("--max-new-tokens") + 1] == str(limits["max_new_tokens"])
     assert guard[guard.index("--max-request-bytes") + 1] == str(limits["max_request_bytes"])

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from imagecontract.serve_guard import FIELDS, Limits, Refused, check, parse
+from smoke.serve_guard import FIELDS, Limits, Refused, check, parse
 
 LIMITS = Limits(max_new_tokens=128, max_request_bytes=1 << 20, max_concurrency=4)
 SETTINGS = settings(

@@ -231,7 +231,7 @@ def check_oci_references(model: MatrixModel, fail: Fail) -> None:
 
 
 # What the smoke suite (smoke/serve.py) fills into a runtime's serve argv; the guard of a runtime with `limits`
-# (imagecontract/serve_guard.py) fills `{upstream_port}`, the port it moves the runtime's `{port}` to.
+# (smoke/serve_guard.py) fills `{upstream_port}`, the port it moves the runtime's `{port}` to.
 SERVE_PLACEHOLDERS = ("model", "port")
 GUARD_PLACEHOLDERS = ("upstream_port",)
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")

@@ -20,7 +20,7 @@ from imagebuild.matrix.sources import Strict
 
 
 class RuntimeLimits(Strict):
-    """What the image's server refuses; enforced by imagecontract/serve_guard.py in front of the runtime."""
+    """What the image's server refuses; enforced by smoke/serve_guard.py in front of the runtime."""
 
     max_new_tokens: int = Field(ge=1, le=1_000_000, description="Most tokens one request may generate.")
     max_request_bytes: int = Field(ge=1024, le=1 << 30, description="Largest request body in bytes.")
@@ -57,7 +57,7 @@ class PipRuntime(Strict):
     limits: RuntimeLimits | None = Field(
         default=None,
         description=(
-            "Request limits the image enforces: the serve command puts imagecontract/serve_guard.py (uvicorn, "
+            "Request limits the image enforces: the serve command puts smoke/serve_guard.py (uvicorn, "
             "request checks) in front of the runtime, which listens on `{upstream_port}` instead of `{port}`."
         ),
     )

@@ -82,7 +82,7 @@ def manifest(target: Target, resolution: Resolution) -> Manifest:
     )
 
 
-GUARD = "/opt/imagebuild/imagecontract/serve_guard.py"
+GUARD = "/opt/imagebuild/smoke/serve_guard.py"
 
 
 def _serve_argv(runtime: TgiRuntime | PipRuntime) -> list[str]:

@@ -96,7 +96,7 @@ class ComponentEntry(Model):
 
 @dataclass
 class RuntimeLimits(Model):
-    """What the image's server refuses (imagecontract/serve_guard.py in front of a runtime without the options)."""
+    """What the image's server refuses (smoke/serve_guard.py in front of a runtime without the options)."""
 
     max_new_tokens: int = doc("most tokens one request may generate; max_tokens above it is a 400")
     max_request_bytes: int = doc("largest request body; a larger one is a 413")

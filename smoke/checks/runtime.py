@@ -65,7 +65,7 @@ def _hostile_part(runtime: Runtime, base_url: str, model: str, res: CheckResult)
     limits = runtime.limits.to_dict() if runtime.limits is not None else {}
     res.numbers["limits"] = limits
     numbers, failures = hostile.run(runtime.api, base_url, model, PROMPT, limits)
-    if runtime.api == "openai" and runtime.limits is not None:  # the guard in front (imagecontract/serve_guard.py)
+    if runtime.api == "openai" and runtime.limits is not None:  # the guard in front (smoke/serve_guard.py)
         failures += _another_model(base_url, numbers)
     res.numbers["hostile"] = numbers
     for failure in failures:

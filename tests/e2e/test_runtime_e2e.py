@@ -22,7 +22,7 @@ def test_local_cpu_runtime_serves_a_generate_request(smoked_local_cpu: tuple[Any
     numbers = runtime["numbers"]
     assert numbers["runtime"] == "transformers-serve" and numbers["kind"] == "pip" and numbers["api"] == "openai"
     argv = numbers["argv"]  # the guard in front, transformers serve behind it (issue 21)
-    assert argv[:2] == ["python3", "/opt/imagebuild/imagecontract/serve_guard.py"] and "{port}" not in argv
+    assert argv[:2] == ["python3", "/opt/imagebuild/smoke/serve_guard.py"] and "{port}" not in argv
     assert argv[argv.index("--") + 1 : argv.index("--") + 3] == ["transformers", "serve"]
     hostile = numbers["hostile"]
     assert all(400 <= code < 500 for name, code in hostile.items() if not name.endswith("_s") and "_s_" not in name)
