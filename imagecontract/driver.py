@@ -199,31 +199,16 @@ def device_node(root: Path, path: str, who: Identity | None = None) -> DeviceNod
     return DeviceNode(path, True, st.st_gid, mode, True)
 
 
-def nodes_for(root: Path, kind: str, gpus: list[Gpu], who: Identity | None = None) -> list[DeviceNode]:
-    """The nodes a container of this kind opens: /dev/kfd and each GPU's render node; /dev/nvidiactl and
-    /dev/nvidiaN."""
-    if kind == "rocm":
-        paths = ["/dev/kfd", *(g.render for g in gpus if g.render)]
-    elif kind == "cuda":
-        paths = ["/dev/nvidiactl", *(f"/dev/nvidia{g.index}" for g in gpus)]
-    else:
-        paths = []
+def nodes_for(root: Path, paths: list[str], who: Identity | None = None) -> list[DeviceNode]:
+    """Each device node a container opens (a kind's `device_paths`: /dev/kfd and each render node, /dev/nvidiactl
+    and /dev/nvidiaN), as `device_node` finds it."""
     return [device_node(root, p, who) for p in paths]
 
 
-def detect_kind(root: Path = Path("/")) -> str:
-    """rocm when the KFD topology or /dev/kfd exists, cuda when the NVIDIA driver does, else none."""
-    if (root / TOPOLOGY).is_dir() or (root / "dev/kfd").exists():
-        return "rocm"
-    if (root / "proc/driver/nvidia").is_dir() or (root / "dev/nvidiactl").exists():
-        return "cuda"
-    return "none"
-
-
-def visible(gpus: list[Gpu], env: dict[str, str], kind: str) -> list[Gpu]:
-    """The GPUs a runtime would use: HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES, when
-    they hold indices (UUIDs are left to the runtime); each GPU keeps its driver index in messages."""
-    names = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES") if kind == "rocm" else ("CUDA_VISIBLE_DEVICES",)
+def visible(gpus: list[Gpu], env: dict[str, str], names: tuple[str, ...]) -> list[Gpu]:
+    """The GPUs a runtime would use: the first of its visible-devices variables that is set (a kind's
+    VISIBLE_VARIABLES: HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES), when it holds indices
+    (UUIDs are left to the runtime); each GPU keeps its driver index in messages."""
     for name in names:
         value = env.get(name)
         if value is None:
@@ -234,3 +219,53 @@ def visible(gpus: list[Gpu], env: dict[str, str], kind: str) -> list[Gpu]:
         by_index = {g.index: g for g in gpus}
         return [by_index[int(i)] for i in items if int(i) in by_index]
     return gpus
+
+
+def first_line(path: Path) -> str | None:
+    """A driver file's first line, read bounded (MAX_DRIVER_FILE), at most 200 printable characters."""
+    try:
+        lines = read_bounded(path, MAX_DRIVER_FILE, what="a driver version file").decode("utf-8", "replace")
+    except OSError:
+        return None
+    first = lines.strip().splitlines()[:1]
+    return printable(first[0].strip(), 200) if first else None
+
+
+# --- min_driver: the one check, run by the preflight, doctor and the smoke suite --------------------------------
+
+_RELEASE = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,9}){0,7}", re.ASCII)
+
+
+def release(version: str | None) -> tuple[int, ...]:
+    """A driver version's leading numeric release, ASCII digits only, bounded: '550.54.14' -> (550, 54, 14)."""
+    match = _RELEASE.match(version or "")
+    return tuple(int(p) for p in match.group(0).split(".")) if match else ()
+
+
+def driver_version(root: Path, file: str | None, pattern: re.Pattern[str] | None) -> str | None:
+    """The loaded kernel driver's version from a kind's DRIVER_FILE (under `root`, read bounded) and its
+    DRIVER_VERSION pattern; None when the kind has none or the file cannot be read or says no version."""
+    if file is None or pattern is None:
+        return None
+    try:
+        text = read_bounded(root / file, MAX_DRIVER_FILE, what="a driver version file").decode("ascii", "replace")
+    except OSError:
+        return None
+    found = pattern.search(text)
+    return found.group(1) if found and release(found.group(1)) else None
+
+
+def min_driver(minimum: str | None, live: str | None, who: str) -> tuple[str, str] | None:
+    """The manifest's platform.min_driver against the loaded driver's version: ("fail", why) when older,
+    ("skip", why) when the version could not be read, None when it holds or nothing is asked. `who` names the
+    driver in the skip line (nvidia, amd)."""
+    if not minimum:
+        return None
+    if live is None:
+        return "skip", f"the {who} driver's version could not be read: min_driver {minimum} not checked"
+    if release(live) < release(minimum):
+        return (
+            "fail",
+            f"driver {live} is older than {minimum}, the lowest this image runs on (manifest platform.min_driver)",
+        )
+    return None

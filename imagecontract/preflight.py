@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from imagecontract import kinds
 from imagecontract.blob import UnreadableFile, read_bounded
-from imagecontract.driver import Gpu, Identity, Query, cuda_gpus, nodes_for, nvidia_smi_query, rocm_gpus, visible
+from imagecontract.driver import Gpu, Identity, Query, driver_version, min_driver, nodes_for, nvidia_smi_query, visible
 from imagecontract.numbers import shown
 from imagecontract.targets import covers  # the one rule: LLVM's target ID rule, CUDA's cubin/PTX rules
 
@@ -127,26 +128,29 @@ def check(
 ) -> list[Finding]:
     """Every finding for this container: GPU arches vs the image's, device nodes, the override."""
     platform = manifest.get("platform")
-    kind = platform.get("kind") if isinstance(platform, dict) else None
-    if kind not in ("rocm", "cuda"):
+    name = platform.get("kind") if isinstance(platform, dict) else None
+    kind = kinds.PLATFORMS.get(name) if isinstance(name, str) else None
+    if kind is None or kind.VENDOR is None:
         return []
     arches = [str(a) for a in [*manifest.get("gpu_arches", []), *manifest.get("experimental_arches", [])]]  # type: ignore[misc]
     target = str(manifest.get("target", "TARGET"))
-    flags = "--device /dev/kfd --device /dev/dri" if kind == "rocm" else "--gpus all"
-    if kind == "rocm" and not (root / "dev/kfd").exists():
-        return [Finding("warn", f"no AMD GPU passed to this container (no /dev/kfd): run it with {flags}")]
-    gpus = visible(rocm_gpus(root) if kind == "rocm" else cuda_gpus(root, query), env, kind)
-    if kind == "rocm":  # a GPU whose render node was not passed in is not this container's
-        gpus = [g for g in gpus if g.render is None or (root / g.render.lstrip("/")).exists()]
+    flags = kind.RUN_HINT
+    if kind.REQUIRED_NODE and not (root / kind.REQUIRED_NODE.lstrip("/")).exists():
+        return [
+            Finding(
+                "warn", f"no {kind.LABEL} GPU passed to this container (no {kind.REQUIRED_NODE}): run it with {flags}"
+            )
+        ]
+    gpus = kind.own_gpus(root, visible(kind.gpus(root, query), env, kind.VISIBLE_VARIABLES))
     if not gpus:
-        return [Finding("warn", f"no {'AMD' if kind == 'rocm' else 'NVIDIA'} GPU visible: run it with {flags}")]
+        return [Finding("warn", f"no {kind.LABEL} GPU visible: run it with {flags}")]
     findings: list[Finding] = []
     forced = None
-    if kind == "rocm":
-        forced, findings = check_override(env.get("HSA_OVERRIDE_GFX_VERSION"), gpus, arches)
+    if kind.OVERRIDE_VARIABLE:
+        forced, findings = check_override(env.get(kind.OVERRIDE_VARIABLE), gpus, arches)
     for gpu in gpus:
         device = forced or gpu.arch
-        if device is None and kind == "rocm":  # the KFD topology always says it: a value we cannot read
+        if device is None and kind.ARCH_ALWAYS_KNOWN:  # the driver always says it: a value we cannot read
             findings.append(Finding("refuse", f"{gpu.describe()}: its arch cannot be read, so it cannot be checked"))
         elif device is None:
             findings.append(Finding("warn", f"{gpu.describe()}: the driver does not say its arch; not checked"))
@@ -158,7 +162,8 @@ def check(
                     f"{', '.join(arches) or 'no GPU'}; {_instead(target, device.split(':')[0])}",
                 )
             )
-    for node in nodes_for(root, kind, gpus, who):
+    findings += _driver(platform, kind, root)
+    for node in nodes_for(root, kind.device_paths(gpus), who):
         if not node.exists:
             findings.append(Finding("refuse", f"{node.path} is not in the container: run it with {flags}"))
         elif not node.openable:
@@ -170,6 +175,17 @@ def check(
                 )
             )
     return findings
+
+
+def _driver(platform: dict[str, object], kind: kinds.PlatformKind, root: Path) -> list[Finding]:
+    """The manifest's platform.min_driver against the loaded driver (imagecontract.driver.min_driver, the check
+    doctor and the smoke suite run too): older is a refusal, unreadable a warning."""
+    minimum = platform.get("min_driver")
+    live = driver_version(root, kind.DRIVER_FILE, kind.DRIVER_VERSION)
+    said = min_driver(str(minimum) if minimum else None, live, kind.LABEL)
+    if said is None:
+        return []
+    return [Finding("refuse" if said[0] == "fail" else "warn", said[1])]
 
 
 def run(

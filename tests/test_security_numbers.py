@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from imagecontract import preflight
 from imagecontract.driver import rocm_gpus, visible
+from imagecontract.kinds import rocm
 from imagecontract.numbers import ascii_int
 from tests.test_preflight_simulated import manifest, rocm_host
 
@@ -97,7 +98,8 @@ def test_a_sysfs_number_that_is_not_ascii_decimal_is_a_gpu_that_cannot_be_checke
 def test_visible_devices_that_are_not_ascii_indices_are_left_to_the_runtime(tmp_path: Path, value: str) -> None:
     root = rocm_host(tmp_path / "root", [90402, 90402], render_gid=0)
     gpus = rocm_gpus(root)
-    assert visible(gpus, {"HIP_VISIBLE_DEVICES": value}, "rocm") == gpus  # was: ValueError from int('²')
+    hip = rocm.VISIBLE_VARIABLES
+    assert visible(gpus, {"HIP_VISIBLE_DEVICES": value}, hip) == gpus  # was: ValueError from int("²")
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "folder", "not-json", "list"])

@@ -19,17 +19,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagecontract.blob import read_bounded
-from imagecontract.driver import (
-    MAX_DRIVER_FILE,
-    DeviceNode,
-    Gpu,
-    Identity,
-    cuda_gpus,
-    detect_kind,
-    nodes_for,
-    rocm_gpus,
-)
+from imagecontract import kinds
+from imagecontract.driver import DeviceNode, Gpu, Identity, min_driver, nodes_for, nvidia_smi_query
+from imagecontract.driver import driver_version as kernel_driver_version
 from imagecontract.targets import TargetError, covers, parse_list
 from imagecontract.text import printable
 
@@ -45,6 +37,12 @@ class HostFacts:
     image_arches: list[str] | None = None
     notes: list[str] = field(default_factory=list)
     engine: dict[str, object] | None = None  # the container engine (engine_facts), when one was asked
+    version: str | None = None  # the loaded kernel driver's version (imagecontract.driver.driver_version)
+    min_driver: str | None = None  # the image's platform.min_driver, when an image with one was given
+
+    @property
+    def platform(self) -> kinds.PlatformKind:
+        return kinds.for_gpu(self.kind)
 
     @property
     def group_ids(self) -> list[int]:
@@ -71,7 +69,7 @@ class HostFacts:
             return [f"no GPU driver: {self.image} holds code for GPUs only ({arches})"] if self.image_arches else []
         out = [] if self.gpus else [f"no GPU found ({self.kind} driver)"]
         out += [f"cannot open {n.path}: {n.error}" for n in self.nodes if not n.openable]
-        unread = [g for g in self.gpus if g.arch is None and g.vendor == "amd"]  # the KFD always says it
+        unread = [g for g in self.gpus if g.arch is None and self.platform.ARCH_ALWAYS_KNOWN]  # the KFD says it
         out += [f"{g.describe()}: its arch cannot be read, so no image can be checked against it" for g in unread]
         fit = self.fit()
         out += [
@@ -79,7 +77,12 @@ class HostFacts:
             for g in self.gpus
             if not fit.get(g.index, True) and g not in unread
         ]
-        return out
+        said = self.driver_check()
+        return out + ([said[1]] if said and said[0] == "fail" else [])
+
+    def driver_check(self) -> tuple[str, str] | None:
+        """The image's min_driver against this host's driver: the check the preflight and the smoke suite run."""
+        return min_driver(self.min_driver, self.version, self.platform.LABEL)
 
     def verdict(self) -> str:
         """The last line when nothing stops it: what this host runs."""
@@ -91,77 +94,42 @@ class HostFacts:
 
 
 def driver_version(root: Path, kind: str) -> str | None:
-    """amdgpu's module version (DKMS builds; in-tree kernels have none), or NVIDIA's /proc version line; each
-    file read bounded (MAX_DRIVER_FILE), one line of at most 200 printable characters."""
-    if kind == "rocm":
-        version = root / "sys/module/amdgpu/version"
-        if version.is_file():
-            return "amdgpu " + (_first_line(version) or "(version unreadable)")
-        return "amdgpu (in-tree)" if (root / "sys/module/amdgpu").is_dir() else "amdkfd"
-    if kind == "cuda":
-        return _first_line(root / "proc/driver/nvidia/version")
-    return None
-
-
-def _first_line(path: Path) -> str | None:
-    try:
-        lines = read_bounded(path, MAX_DRIVER_FILE, what="a driver version file").decode("utf-8", "replace")
-    except OSError:
-        return None
-    first = lines.strip().splitlines()[:1]
-    return printable(first[0].strip(), 200) if first else None
+    """The driver as doctor names it (the kind's `driver_line`: amdgpu's module version or how it is loaded,
+    NVIDIA's /proc version line): each file read bounded, one line of at most 200 printable characters."""
+    return kinds.for_gpu(kind).driver_line(root)
 
 
 def gather(root: Path = Path("/"), who: Identity | None = None) -> HostFacts:
-    kind = detect_kind(root)
-    gpus = rocm_gpus(root) if kind == "rocm" else cuda_gpus(root) if kind == "cuda" else []
-    return HostFacts(
-        kind, driver_version(root, kind), gpus, nodes_for(root, kind, gpus, who), who or Identity.current()
+    kind = kinds.detect_driver(root)
+    gpus = kind.gpus(root, nvidia_smi_query)
+    facts = HostFacts(
+        kind.SMOKE_GPU,
+        kind.driver_line(root),
+        gpus,
+        nodes_for(root, kind.device_paths(gpus), who),
+        who or Identity.current(),
     )
+    facts.version = kernel_driver_version(root, kind.DRIVER_FILE, kind.DRIVER_VERSION)
+    return facts
 
 
 def run_flags(facts: HostFacts) -> list[str]:
     """The docker run flags that give a container this host's GPUs."""
-    if facts.kind == "rocm":
-        flags = [arg for n in facts.nodes if n.exists for arg in ("--device", n.path)]
-        flags += [arg for gid in facts.group_ids for arg in ("--group-add", str(gid))]
-        return [*flags, "--ipc=host", "--security-opt", "seccomp=unconfined"]
-    if facts.kind == "cuda":
-        return ["--gpus", "all", "--ipc=host"]
-    return []
+    return facts.platform.run_flags([n.path for n in facts.nodes if n.exists], facts.group_ids)
 
 
 def compose_snippet(facts: HostFacts) -> str:
-    if facts.kind == "rocm":
-        lines = ["services:", "  server:", "    devices:"]
-        lines += [f"      - {n.path}:{n.path}" for n in facts.nodes if n.exists]
-        lines += ["    group_add:"] + [f'      - "{gid}"' for gid in facts.group_ids]
-        return "\n".join([*lines, "    ipc: host", "    security_opt:", "      - seccomp=unconfined"])
-    if facts.kind == "cuda":
-        return "\n".join(
-            [
-                "services:",
-                "  server:",
-                "    ipc: host",
-                "    deploy:",
-                "      resources:",
-                "        reservations:",
-                "          devices:",
-                "            - driver: nvidia",
-                "              count: all",
-                "              capabilities: [gpu]",
-            ]
-        )
-    return ""
+    return "\n".join(facts.platform.compose([n.path for n in facts.nodes if n.exists], facts.group_ids))
 
 
 def kubernetes_snippet(facts: HostFacts) -> str:
-    """The container's resources (device plugins: amd.com/gpu, nvidia.com/gpu) and, on ROCm, the node groups."""
-    resource = {"rocm": "amd.com/gpu", "cuda": "nvidia.com/gpu"}.get(facts.kind)
+    """The container's resources (device plugins: amd.com/gpu, nvidia.com/gpu) and the nodes' numeric groups
+    where the kind's flags add them (ROCm)."""
+    resource = facts.platform.K8S_RESOURCE
     if resource is None:
         return ""
     lines = ["spec:"]
-    if facts.kind == "rocm" and facts.group_ids:
+    if facts.platform.DEVICE.group_add and facts.group_ids:
         lines += ["  securityContext:", f"    supplementalGroups: [{', '.join(map(str, facts.group_ids))}]"]
     lines += ["  containers:", "    - name: server", "      resources:", "        limits:"]
     return "\n".join([*lines, f"          {resource}: {max(1, len(facts.gpus))}"])
@@ -236,6 +204,8 @@ def as_dict(facts: HostFacts) -> dict[str, object]:
         "engine": facts.engine,
         "kind": facts.kind,
         "driver": facts.driver,
+        "driver_version": facts.version,
+        "min_driver": facts.min_driver,
         "gpus": [{"index": g.index, "arch": g.arch, "name": g.name, "render": g.render} for g in facts.gpus],
         "device_nodes": [n.as_dict() for n in facts.nodes],
         "user": {"uid": facts.identity.uid, "gids": list(facts.identity.gids)},
@@ -254,6 +224,11 @@ def as_dict(facts: HostFacts) -> dict[str, object]:
 def describe(facts: HostFacts) -> list[str]:
     lines = engine_lines(facts.engine) if facts.engine is not None else []
     lines.append(f"driver: {facts.driver or 'none'} ({facts.kind})")
+    said = facts.driver_check()
+    if facts.min_driver and said is None:
+        lines.append(f"  driver {facts.version} is not older than {facts.min_driver} (the image's min_driver)")
+    elif said is not None and said[0] == "skip":
+        lines.append(f"  skipped: {said[1]}")
     lines += [
         f"  GPU {g.index}: {g.name}, {g.arch or 'arch unknown'}" + (f", {g.render}" if g.render else "")
         for g in facts.gpus
@@ -283,9 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="host GPUs, device nodes and container flags")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--arch", help="an image's arches to check the GPUs against, e.g. 'sm_80;sm_90'")
+    parser.add_argument("--min-driver", help="the image's platform.min_driver, checked against this host's driver")
     parser.add_argument("--root", type=Path, default=Path("/"))
     args = parser.parse_args(argv)
     facts = gather(args.root)
+    facts.min_driver = args.min_driver
     if args.arch is not None:  # any spelling the arch table takes (`gfx942:xnack-`, `9.0`, `MI300X`)
         try:
             facts.image, facts.image_arches = "--arch", [t.id for t in parse_list(args.arch, variants=True)]

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+from imagecontract import kinds
+from imagecontract.driver import driver_version as read_driver_version
+from imagecontract.driver import min_driver
 from imagecontract.targets import covers
 from smoke.context import Context
 from smoke.device import gfx_from_override
@@ -22,37 +26,25 @@ def same_version(found: str | None, expected: str) -> bool:
     return bool(want) and have[: len(want)] == want
 
 
-# Where the loaded kernel driver says its version, per GPU vendor (read bounded: a few hundred bytes are enough).
-DRIVER_FILES = {"nvidia": "proc/driver/nvidia/version", "amd": "sys/module/amdgpu/version"}
-MAX_DRIVER_FILE = 4096
-# "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  ..." / "... Open Kernel Module for x86_64  550.54.14 ..."
-_NVIDIA_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
-
-
 def driver_version(vendor: str, root: str = "/") -> str | None:
-    """The loaded kernel driver's version (the NVIDIA kernel module, the amdgpu module), None when unreadable."""
-    name = DRIVER_FILES.get(vendor)
-    if name is None:
-        return None
-    try:
-        with open(f"{root.rstrip('/')}/{name}", "rb") as fh:
-            text = fh.read(MAX_DRIVER_FILE).decode("ascii", "replace")
-    except OSError:
-        return None
-    found = _NVIDIA_VERSION.search(text) if vendor == "nvidia" else re.match(r"\s*(\d+(?:\.\d+)+)", text)
-    return found.group(1) if found else None
+    """The loaded kernel driver's version (the NVIDIA kernel module, the amdgpu module), None when unreadable:
+    the vendor's platform kind says where (imagecontract.kinds), imagecontract.driver reads it bounded."""
+    kind = kinds.for_vendor(vendor)
+    return read_driver_version(Path(root), kind.DRIVER_FILE, kind.DRIVER_VERSION)
 
 
 def check_driver(minimum: str | None, vendor: str, res: CheckResult, root: str = "/") -> None:
-    """The manifest's platform.min_driver against the loaded driver: older fails, unreadable is a warning."""
+    """The manifest's platform.min_driver against the loaded driver: older fails, unreadable is a warning (the
+    one check, imagecontract.driver.min_driver, that the preflight and doctor run too)."""
     if not minimum:
         return
     live = driver_version(vendor, root)
     res.numbers["driver_version"] = live
-    if live is None:
-        res.warnings.append(f"the {vendor} driver's version could not be read: min_driver {minimum} not checked")
-    elif release(live) < release(minimum):
-        res.fail(f"driver {live} is older than {minimum}, the lowest this image runs on (manifest platform.min_driver)")
+    said = min_driver(minimum, live, vendor)
+    if said is not None and said[0] == "fail":
+        res.fail(said[1])
+    elif said is not None:
+        res.warnings.append(said[1])
 
 
 def run(ctx: Context) -> CheckResult:

@@ -1,0 +1,72 @@
+"""The CUDA platform kind: NVIDIA GPUs through the NVIDIA driver and container toolkit, CUDA's torch."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from imagecontract.driver import Gpu, Query, cuda_gpus, first_line
+from imagecontract.kinds.base import DeviceFlags
+
+NAME = "cuda"
+VENDOR = "nvidia"
+ROW_VENDOR = "nvidia"
+LABEL = "NVIDIA"
+TOOLKIT = "CUDA"
+ARCH_VARIABLE = "TORCH_CUDA_ARCH_LIST"
+TORCH_VERSION = "cuda"
+SMOKE_GPU = NAME
+DEVICE = DeviceFlags(ipc_host=True, all_gpus=True)  # --gpus all: the NVIDIA container toolkit adds the nodes
+RUN_HINT = "--gpus all"
+REQUIRED_NODE = None
+ARCH_ALWAYS_KNOWN = False  # /proc/driver/nvidia names GPUs without their arch when nvidia-smi is absent
+OVERRIDE_VARIABLE = None
+VISIBLE_VARIABLES = ("CUDA_VISIBLE_DEVICES",)
+DRIVER_FILE = "proc/driver/nvidia/version"
+# "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  ..." / "... Open Kernel Module for x86_64  550.54.14 ..."
+DRIVER_VERSION: re.Pattern[str] | None = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
+K8S_RESOURCE = "nvidia.com/gpu"
+TUNABLEOP_NEEDS_GPU = False  # a CUDA build of torch registers PT_VERSION only
+
+
+def device_present(root: Path) -> bool:
+    return (root / "dev/nvidiactl").exists() or (root / "dev/nvidia0").exists()
+
+
+def driver_present(root: Path) -> bool:
+    return (root / "proc/driver/nvidia").is_dir() or (root / "dev/nvidiactl").exists()
+
+
+def gpus(root: Path, query: Query) -> list[Gpu]:
+    return cuda_gpus(root, query)
+
+
+def own_gpus(root: Path, gpus: list[Gpu]) -> list[Gpu]:
+    return gpus  # the container toolkit passes the nodes with the GPUs
+
+
+def device_paths(gpus: list[Gpu]) -> list[str]:
+    return ["/dev/nvidiactl", *(f"/dev/nvidia{g.index}" for g in gpus)]
+
+
+def driver_line(root: Path) -> str | None:
+    return first_line(root / DRIVER_FILE)
+
+
+def run_flags(nodes: list[str], groups: list[int]) -> list[str]:
+    return ["--gpus", "all", "--ipc=host"]
+
+
+def compose(nodes: list[str], groups: list[int]) -> list[str]:
+    return [
+        "services:",
+        "  server:",
+        "    ipc: host",
+        "    deploy:",
+        "      resources:",
+        "        reservations:",
+        "          devices:",
+        "            - driver: nvidia",
+        "              count: all",
+        "              capabilities: [gpu]",
+    ]
