@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from imagebuild.build.secrets import Secrets
+from imagebuild.engine import builders
 from imagebuild.engine.docker import Engine
 from imagebuild.errors import BuildFailed, ConfigError
 from imagebuild.plan.git import GitInfo as GitInfo  # re-exported: `from imagebuild.build.buildkit import GitInfo`
@@ -56,10 +57,16 @@ class BuildSpec:
     platform: str | None = None  # the OCI platform (--platform; None: the engine's own)
     source_date_epoch: int | None = None  # the commit time: BuildKit's image and history times, layer timestamps
     base_substitution: list[dict[str, Any]] = field(default_factory=list)  # build/base_substitute.py records
+    staging: str | None = None  # a builder that cannot load (engine/builders.py): the leg is pushed here by digest
+    input_key: str | None = None  # build/input_key.py: set when the leg was looked up and is built
 
     @property
     def iidfile(self) -> Path:
         return self.log_path.with_suffix(".iid")
+
+    @property
+    def metadata_file(self) -> Path:
+        return self.log_path.with_suffix(".metadata.json")
 
 
 @dataclass
@@ -81,6 +88,10 @@ class TargetResult:
     coverage: str | None = None  # arch coverage: the document written, or why the image was not scanned
     size: dict[str, Any] | None = None  # unpacked (and compressed) bytes, largest layers, budget (sizes.py)
     base_substitution: list[dict[str, Any]] | None = None  # the public base, the one used and its digest
+    node: str | None = None  # the builder node that built it (a builder of several nodes, engine/builders.py)
+    pushed: str | None = None  # HOST/REPO@sha256:... the leg left its node as (pulled back into the engine)
+    input_key: str | None = None  # build/input_key.py
+    reused: str | None = None  # not built: the staged digest of a passing smoke for the same input key
 
 
 LOADED = ["--provenance=false", "--output", "type=docker,oci-mediatypes=true"]
@@ -97,7 +108,8 @@ def command(spec: BuildSpec, engine: Engine) -> list[str]:
         # signed SLSA provenance instead. OCI media types asked for: without an attestation the exporter writes
         # Docker's. Never with rewrite-timestamp: Docker 26.1's exporter into its own store refuses it ("conflicts
         # with unpack", seen); the OCI export and the push take it (bench/reproducible.py).
-        argv += LOADED + (["--builder", spec.builder] if spec.builder else [])
+        output = builders.push_output(spec.staging) + ["--metadata-file", str(spec.metadata_file)]
+        argv += (output if spec.staging else LOADED) + (["--builder", spec.builder] if spec.builder else [])
     elif spec.builder:
         raise ConfigError("--builder needs docker buildx", hint=f"{engine.client} runs BuildKit without buildx")
     argv += ["-f", str(spec.dockerfile), "--iidfile", str(spec.iidfile)] + (["--no-cache"] if spec.no_cache else [])
@@ -264,7 +276,9 @@ def run_build(
         returncode = proc.wait()
     duration = round(time.monotonic() - started, 3)
     ok = returncode == 0 and spec.iidfile.is_file()
-    image_id, failed = built_id(spec, engine) if ok else (None, None)
+    pushed, failed = _fetch_pushed(spec, engine) if ok and spec.staging else (None, None)
+    ok = ok and failed is None
+    image_id, failed = built_id(spec, engine) if ok else (None, failed)
     ok = ok and image_id is not None
     failed = None if ok else (failed or summary.failed or f"docker build exited {returncode}")
     steps = summary.build_steps
@@ -282,7 +296,21 @@ def run_build(
         dockerfile=str(spec.dockerfile),
         command=[secrets.scrub(arg) for arg in argv],
         base_substitution=list(spec.base_substitution) or None,
+        node=pushed.node if pushed else None,
+        pushed=pushed.ref if pushed else None,
+        input_key=spec.input_key,
     )
+
+
+def _fetch_pushed(spec: BuildSpec, engine: Engine) -> tuple[builders.Pushed | None, str | None]:
+    """A leg a remote builder pushed by digest, pulled back into the engine under the build's tags; or why not."""
+    assert spec.staging is not None
+    try:
+        pushed = builders.read_pushed(spec.metadata_file, spec.staging)
+        builders.pull(engine, pushed, spec.tags)
+    except BuildFailed as exc:
+        return None, exc.message
+    return pushed, None
 
 
 def built_id(spec: BuildSpec, engine: Engine) -> tuple[str | None, str | None]:

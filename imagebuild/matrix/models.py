@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from imagebuild.matrix.builders import BuilderConfig
 from imagebuild.matrix.fields import (
     AbsPath,
     AptPackage,
@@ -48,6 +49,13 @@ class Settings(Strict):
     allow_experimental: bool = Field(
         default=False,
         description="Accept arches components mark experimental in every target (else pass --allow-experimental).",
+    )
+    builder: Name | None = Field(
+        default=None,
+        description="The buildx builder every build goes to (build --builder overrides; unset: the engine's own).",
+    )
+    builders: dict[Name, BuilderConfig] = Field(
+        default={}, description="Builders imagebuild creates in buildx: nodes, their platforms, staging (issue 33)."
     )
 
 
