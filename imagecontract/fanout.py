@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
+from imagecontract.kinds import PLATFORMS
 from imagecontract.targets import GpuTarget, Vendor, format_list
 
 # How a component's build wants the list: `full` keeps AMD target features (gfx942:sramecc+:xnack-) and NVIDIA
 # +PTX; `bare` gives processor names / capabilities only.
 ArchForm = Literal["bare", "full"]
-PLATFORM_VENDOR: dict[str, Vendor | None] = {"rocm": "amd", "cuda": "nvidia", "cpu": None}
+PLATFORM_VENDOR: dict[str, Vendor | None] = {name: kind.VENDOR for name, kind in PLATFORMS.items()}  # kinds/
 
 
 def _amd_processors(targets: list[GpuTarget]) -> str:

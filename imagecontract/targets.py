@@ -498,10 +498,11 @@ def _version(text: str | None) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-def toolchain_gap(target: GpuTarget, platform_kind: str, platform_version: str | None) -> str | None:
+def toolchain_gap(target: GpuTarget, platform_vendor: Vendor | None, platform_version: str | None) -> str | None:
     """Why the platform's toolchain cannot build `target` (CUDA: nvcc's range per SM, torch's TORCH_CUDA_ARCH_LIST);
-    None when it can, or when nothing is known against it (ROCm: the matrix's platform list is the only source)."""
-    if target.vendor != "nvidia" or platform_kind != "cuda":
+    None when it can, or when nothing is known against it (ROCm: the matrix's platform list is the only source).
+    `platform_vendor` is the platform kind's (imagecontract.kinds: nvidia for CUDA)."""
+    if target.vendor != "nvidia" or platform_vendor != "nvidia":
         return None
     sm, have = target.processor, _version(platform_version)
     low, high = CUDA_MIN.get(sm), CUDA_MAX.get(sm)

@@ -113,7 +113,7 @@ def test_torch_spelling_of_every_sm_it_accepts() -> None:
     ],
 )
 def test_toolchain_gap(target: str, version: str, gap: str | None) -> None:
-    found = T.toolchain_gap(T.parse_target(target), "cuda", version)
+    found = T.toolchain_gap(T.parse_target(target), "nvidia", version)
     assert found == gap if gap is None else (found or "").startswith(gap), found
 
 

@@ -19,6 +19,7 @@ from imagecontract.fanout import PLATFORM_VENDOR as PLATFORM_VENDOR
 from imagecontract.fanout import ArchForm as ArchForm
 from imagecontract.fanout import fan_out as fan_out
 from imagecontract.fanout import format_variable as format_variable
+from imagecontract.kinds import PLATFORMS
 from imagecontract.numbers import shown
 from imagecontract.targets import AMD_PRODUCTS as AMD_PRODUCTS
 from imagecontract.targets import KNOWN_NAMES as KNOWN_NAMES
@@ -79,7 +80,8 @@ def targets_for_arch(targets: Iterable[T], arch: str) -> list[T]:
     return chosen
 
 
-ENV_OVERRIDE: dict[str, str] = {"rocm": "PYTORCH_ROCM_ARCH", "cuda": "TORCH_CUDA_ARCH_LIST"}
+# The variable that overrides a build's arch list, per platform kind (imagecontract/kinds: ARCH_VARIABLE).
+ENV_OVERRIDE: dict[str, str] = {name: kind.ARCH_VARIABLE for name, kind in PLATFORMS.items() if kind.ARCH_VARIABLE}
 
 
 # --- resolution ---------------------------------------------------------------------------------------
@@ -230,7 +232,7 @@ def resolve(
         )
     outside = [t for t in targets if t.processor not in known]
     if outside:
-        gaps = [gap for t in outside if (gap := toolchain_gap(t, platform_kind, platform_version))]
+        gaps = [gap for t in outside if (gap := toolchain_gap(t, vendor, platform_version))]
         raise ConfigError(
             f"{', '.join(t.id for t in outside)} from {source} is not an arch of target {target}'s platform"
             + (f": {'; '.join(gaps)}" if gaps else ""),

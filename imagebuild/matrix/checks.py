@@ -68,7 +68,7 @@ def check_torch(model: MatrixModel, fail: Fail) -> None:
                 for i, arch in enumerate(getattr(build, field_name)):
                     if arches.PLATFORM_VENDOR[kind] != arches.parse_target(arch).vendor:
                         raise fail(("torch", key, "builds", kind, field_name, i), f"{arch} is not a {kind} arch")
-            if kind != "cpu":
+            if arches.PLATFORM_VENDOR[kind] is not None:  # a GPU kind
                 covered = set()
                 for arch in build.attention:
                     try:
@@ -97,7 +97,7 @@ def check_components(model: MatrixModel, fail: Fail) -> None:
                     ("components", name, "arch_vars", var),
                     f"{var} is not read on {', '.join(component.platforms)}",
                 )
-        gpu = [kind for kind in component.platforms if kind != "cpu"]
+        gpu = [kind for kind in component.platforms if arches.PLATFORM_VENDOR[kind] is not None]
         if component.kind == "python-ext" and gpu and not (component.arch_vars or component.fixed_arches):
             raise fail(
                 ("components", name),

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from imagebuild.matrix.oci_platform import platform
+from imagecontract import kinds
 
 if TYPE_CHECKING:
     from imagebuild.matrix import Target
@@ -30,7 +31,7 @@ def cross_reason(target: Target) -> str | None:
     from imagebuild.matrix import PipRuntime
 
     kind = target.platform.kind
-    if kind != "cpu" and target.components:
+    if kinds.platform(kind).VENDOR is not None and target.components:  # a GPU kind
         return f"a {kind} image compiles its components against torch in the image"
     if target.torch_build.obtain != "wheel":
         return "torch is built from source"

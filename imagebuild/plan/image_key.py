@@ -23,6 +23,7 @@ from pathlib import Path
 
 from imagebuild.matrix.oci import slug
 from imagebuild.plan.imageref import LOCAL_REPO
+from imagecontract import kinds
 
 MAX_VARIANT = 40  # characters of an arch suffix; a longer arch list is named by its checksum
 MAX_LABEL = 16 * 1024  # characters of the image-key label read back from an image
@@ -43,7 +44,7 @@ def _texts(value: object) -> tuple[str, ...]:
 def arch_variant(arch_ids: Sequence[str]) -> str:
     """`gfx942`, `gfx90a-gfx942_xnack-`, `sm_90pPTX`: the arch list as a tag-safe suffix (`:` -> `_`, `+` -> `p`)."""
     text = "-".join(re.sub(r"[^A-Za-z0-9_.-]", "_", a.replace(":", "_").replace("+", "p")) for a in arch_ids)
-    text = text or "cpu"
+    text = text or kinds.CPU_ARCH
     if len(text) > MAX_VARIANT:
         text = "arches-" + hashlib.sha256(";".join(arch_ids).encode()).hexdigest()[:12]
     return text

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from imagebuild.matrix import PipRuntime, Source, Target, TgiRuntime
 from imagebuild.matrix.arches import Resolution
+from imagecontract import kinds
 from imagecontract.models import manifest as model
 from imagecontract.models.manifest import MANIFEST_SCHEMA_VERSION, Manifest
 
@@ -18,13 +19,18 @@ def _left_out(reason: str) -> model.ComponentEntry:
     return model.ComponentEntry(included=False, reason=reason)
 
 
+def _toolkit_version(kind: str, version: str | None) -> dict[str, str | None]:
+    """The manifest's `versions` field named after a GPU kind (rocm, cuda) holds the platform's version."""
+    return {kind: version} if kinds.platform(kind).VENDOR is not None else {}
+
+
 def manifest(target: Target, resolution: Resolution) -> Manifest:
     """The image manifest (docs/contracts.md): what the image claims, for the smoke suite and for users; built as
     the contract's model (written with to_dict(), its schema version the model's)."""
     platform, build = target.platform, target.torch_build
     processors = {t.processor: t.id for t in resolution.arches}
-    if platform.kind == "cpu":
-        attention = {"cpu": list(build.attention.get("cpu", ["math"]))}
+    if kinds.platform(platform.kind).VENDOR is None:  # no GPU: the CPU's backends, under its arch name
+        attention = {kinds.CPU_ARCH: list(build.attention.get(kinds.CPU_ARCH, ["math"]))}
     else:
         attention = {}
         for arch, backends in build.attention.items():
@@ -75,8 +81,7 @@ def manifest(target: Target, resolution: Resolution) -> Manifest:
         ),
         versions=model.Versions(
             torch=version,
-            rocm=platform.version if platform.kind == "rocm" else None,
-            cuda=platform.version if platform.kind == "cuda" else None,
+            **_toolkit_version(platform.kind, platform.version),
             python=platform.python_version,
         ),
     )
@@ -129,7 +134,7 @@ def _runtime_manifest(target: Target, resolution: Resolution) -> model.Runtime |
 def tgi_attention_promises(target: Target, resolution: Resolution) -> dict[str, dict[str, bool]]:
     """Per arch, whether TGI's flash / paged attention must be enabled: every component it imports is built for it."""
     runtime = target.runtime
-    if not isinstance(runtime, TgiRuntime) or target.platform.kind == "cpu":
+    if not isinstance(runtime, TgiRuntime) or kinds.platform(target.platform.kind).VENDOR is None:
         return {}
     kind = target.platform.kind
 

@@ -20,6 +20,7 @@ from imagebuild.matrix.oci import for_oci
 from imagebuild.plan import cross
 from imagebuild.plan.image_key import ImageKey, arch_variant
 from imagebuild.plan.manifest import manifest as build_manifest
+from imagecontract import kinds
 from imagecontract.models import Manifest, ModelError
 
 if TYPE_CHECKING:
@@ -31,7 +32,6 @@ COMMITTED_DIR = "dockerfiles"
 RENDER_DIR = "build/render"
 DEFAULT_SOURCES = ("matrix default", "cpu platform")
 # The GPU kind `imagebuild smoke --gpu` takes for each platform kind (the device flags a smoke job needs).
-SMOKE_GPU = {"rocm": "rocm", "cuda": "cuda", "cpu": "none"}
 
 
 @dataclass(frozen=True)
@@ -128,12 +128,12 @@ class TargetPlan:
 
     def smoke_jobs(self) -> list[dict[str, str]]:
         """One smoke job per GPU processor the image is built for (`cpu` for a CPU target), with its GPU kind."""
-        gpu = SMOKE_GPU[self.target.platform.kind]
+        gpu = kinds.platform(self.target.platform.kind).SMOKE_GPU
         processors: list[str] = []
         for arch in self.resolution.arches:
             if arch.processor not in processors:
                 processors.append(arch.processor)
-        return [{"arch": arch, "gpu": gpu} for arch in processors or ["cpu"]]
+        return [{"arch": arch, "gpu": gpu} for arch in processors or [kinds.CPU_ARCH]]
 
     def summary(self) -> dict[str, object]:
         """`matrix list --json`: what CI builds and where it smokes it."""
@@ -223,7 +223,8 @@ def static_labels(manifest: Manifest) -> dict[str, str]:
     """The OCI labels that follow from the manifest (docs/contracts.md), the same in every build of the plan."""
     torch, source = manifest.torch, manifest.torch.source
     components = {
-        name: (info.arches or ["cpu"]) if info.included else "excluded" for name, info in manifest.components.items()
+        name: (info.arches or [kinds.CPU_ARCH]) if info.included else "excluded"
+        for name, info in manifest.components.items()
     }
     return {
         "org.opencontainers.image.title": manifest.target,

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import imagebuild
+from imagecontract import kinds
 from imagecontract.models import Manifest
 from imagecontract.models.manifest import Source
 
@@ -179,7 +180,7 @@ def claimed_arches(labels: Mapping[str, str]) -> list[str]:
     """The arches an image claims (its io.imagebuild.arches label); `cpu` for an image built for none."""
     value = labels.get("io.imagebuild.arches", "")
     arches = [a for a in re.split(r"[;,\s]+", value) if a and a != "none"]
-    return arches or ["cpu"]
+    return arches or [kinds.CPU_ARCH]
 
 
 def dump(data: Mapping[str, Any]) -> str:

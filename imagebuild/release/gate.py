@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagebuild.errors import ConfigError
+from imagecontract import kinds
 from imagecontract.models import ModelError, SmokeReport
 
 MAX_REPORT_BYTES = 64 * 1024 * 1024  # a smoke report is kilobytes; a file past this is not one
@@ -27,7 +28,7 @@ class Passed:
 
     @property
     def arch(self) -> str:
-        return self.report.arch or "cpu"
+        return self.report.arch or kinds.CPU_ARCH
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from imagebuild.release.ociindex import IndexMismatch, index_children
 from imagebuild.release.publish import report_refusal
 from imagebuild.release.sbom import validate
 from imagebuild.release.statements import Statement
+from imagecontract import kinds
 from imagecontract.models import ModelError, SmokeReport
 
 
@@ -168,7 +169,7 @@ def _check_smoke(v: Verification, found: list[Statement]) -> None:
             return
         reports.append(stmt.predicate)
     for arch in v.arches:
-        mine = [r for r in reports if attest.arch_base(str(r.get("arch") or "cpu")) == attest.arch_base(arch)]
+        mine = [r for r in reports if attest.arch_base(str(r.get("arch") or kinds.CPU_ARCH)) == attest.arch_base(arch)]
         if not mine:
             v.add(f"smoke {arch}", False, f"no smoke attestation for {arch}")
             continue

@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from imagebuild.report.model import Row
-from imagecontract import gpu_products
+from imagecontract import gpu_products, kinds
 from imagecontract.targets import (
     AMD_FEATURES,
     AMD_PRODUCTS,
@@ -128,7 +128,7 @@ def _how(row_arch: str, device: str) -> str | None:
 def verdict(row: Row, device: str) -> tuple[bool, str]:
     """Does this row's image code run on `device` (runs_on: the preflight's rule), and if not, why."""
     arches = ", ".join(row.image_arches) or "none"
-    if row.vendor == "cpu":
+    if row.vendor == kinds.NO_GPU.ROW_VENDOR:
         return False, "CPU image: no GPU code (it runs on the host CPU)"
     if row.vendor != _vendor(device):
         return False, f"{row.vendor.upper()} image ({arches}); {device} is an {_vendor(device).upper()} GPU"

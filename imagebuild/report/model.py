@@ -78,7 +78,7 @@ class Row:
     target: str
     oci: str
     arch: str  # the GPU target ID of this row (`cpu` for a CPU image)
-    vendor: Literal["amd", "nvidia", "cpu"]
+    vendor: str  # the platform kind's ROW_VENDOR (imagecontract.kinds): amd, nvidia, cpu
     image_arches: list[str]  # every arch this image has code for (the manifest's, or the matrix default)
     platform: str  # matrix platform name
     torch: str

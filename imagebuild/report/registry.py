@@ -12,6 +12,7 @@ from imagebuild.release.statements import statement_bytes
 from imagebuild.release.verify import Verification, parse_ref, verify_image
 from imagebuild.report.model import NOT_RUN, Row
 from imagebuild.report.rows import smoke_facts, smoke_is_for
+from imagecontract import kinds
 from imagecontract.models import SmokeReport
 from imagecontract.targets import loads_on
 
@@ -38,7 +39,7 @@ def _smoke(v: Verification, row: Row, several: bool) -> str:
     for f in v.findings:
         if f.what.startswith(prefix):
             arch = f.what[len(prefix) :]
-            if arch == row.arch or (row.arch != "cpu" and arch != "cpu" and loads_on(row.arch, arch)):
+            if arch == row.arch or (row.arch != kinds.CPU_ARCH and arch != kinds.CPU_ARCH and loads_on(row.arch, arch)):
                 return _said(f.ok, f.detail)
     return "not attested"
 

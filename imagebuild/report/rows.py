@@ -16,6 +16,7 @@ from imagebuild.matrix.oci import for_oci
 from imagebuild.plan.image_key import ImageKey
 from imagebuild.report.evidence import Evidence, mtime_utc, said
 from imagebuild.report.model import NOT_RUN, CoverageFacts, LibraryCell, ReleaseFacts, Row, SmokeFacts
+from imagecontract import kinds
 from imagecontract.models import ArchCoverage, SmokeReport
 from imagecontract.targets import TargetError, loads_on, parse_list
 
@@ -93,7 +94,7 @@ def coverage_facts(doc: ArchCoverage | None, why: str | None, where: str, arch: 
     facts = CoverageFacts(status="ok" if doc.ok else f"failed: {bad} disallowed gap(s)", document=where)
     column = next((r for r in doc.requested if r.split(":")[0] == arch.split(":")[0]), None)
     if column is None:
-        facts.status = facts.status if doc.requested or arch != "cpu" else "ok: no GPU code to cover"
+        facts.status = facts.status if doc.requested or arch != kinds.CPU_ARCH else "ok: no GPU code to cover"
         return facts
     facts.requested = column
     for lib in doc.libraries:
@@ -133,7 +134,7 @@ def release_facts(ev: Evidence, key: ImageKey, image_id: str | None, arch: str) 
     facts.sbom = "attested" if "sbom" in attached else "not attested"
     facts.provenance = "attested" if "provenance" in attached else "not attested"
     smoke = [a.removeprefix("smoke ") for a in attached if a.startswith("smoke ")]
-    hit = [a for a in smoke if a == arch or (arch != "cpu" and a != "cpu" and loads_on(arch, a))]
+    hit = [a for a in smoke if a == arch or (arch != kinds.CPU_ARCH and a != kinds.CPU_ARCH and loads_on(arch, a))]
     facts.smoke_attestation = f"attested ({hit[0]})" if hit else "not attested"
     return facts
 
@@ -163,7 +164,7 @@ def _rows_of(
     if requested is None:
         cov = None
     arches = requested if requested is not None else _ids(list(plat.platform.default_arches))
-    image_arches = arches if kind != "cpu" else []
+    image_arches = arches if kinds.platform(kind).VENDOR is not None else []
     report, smoke_path = ev.smoke_report(key)
     image_id = entry.get("image_id") if entry and isinstance(entry.get("image_id"), str) else None
     build = NOT_RUN
@@ -171,13 +172,13 @@ def _rows_of(
         build = "built" if entry.get("ok") else f"failed at {str(entry.get('failed_step') or 'a step')[:120]}"
     facts_of = inspect(image_id) if inspect and image_id else None
     out = []
-    for arch in arches or ["cpu"]:
+    for arch in arches or [kinds.CPU_ARCH]:
         row = Row(
             id=f"{plat.name}|{oci}|{arch}",
             target=plat.name,
             oci=oci,
             arch=arch,
-            vendor="cpu" if kind == "cpu" else ("amd" if kind == "rocm" else "nvidia"),
+            vendor=kinds.platform(kind).ROW_VENDOR,
             image_arches=image_arches,
             platform=plat.platform_name,
             torch=str(plat.torch.version),
@@ -222,6 +223,6 @@ def _rows_of(
 
 def smoke_is_for(row: Row, report: SmokeReport) -> bool:
     """The report ran on a device this row's code loads on (a CPU image: a CPU run)."""
-    if row.vendor == "cpu":
-        return report.arch in (None, "cpu") or report.device == "cpu"
+    if row.vendor == kinds.NO_GPU.ROW_VENDOR:
+        return report.arch in (None, kinds.CPU_ARCH) or report.device == kinds.CPU_ARCH
     return bool(report.arch) and loads_on(row.arch, str(report.arch))
