@@ -60,9 +60,11 @@ def is_local_image(ref: str) -> bool:
     return ref.startswith("local/") or loopback
 
 
-def uv_platform(oci: str) -> str:
-    """linux/amd64 -> x86_64-manylinux_2_28 (uv's --python-platform)."""
-    return platform(oci).uv_platform(MANYLINUX)
+def uv_platform(oci: str, glibc: str | None = None) -> str:
+    """linux/amd64 -> x86_64-manylinux_2_28 (uv's --python-platform); with the base's glibc (2.36),
+    x86_64-manylinux_2_36: the policy the build's pip accepts there (image/cross/cross.py), so uv and pip pick the
+    same file (issue 31: under 2_28 uv locked llguidance's sdist, and pip, binary only, took its 2_31 wheel)."""
+    return platform(oci).uv_platform(f"manylinux_{glibc.replace('.', '_')}" if glibc else MANYLINUX)
 
 
 def collect(matrix: Matrix, names: tuple[str, ...] | list[str] = ()) -> dict[str, Input]:
@@ -108,7 +110,9 @@ def _inputs_of(matrix: Matrix, target: Target) -> list[Input]:
         items.append(_debian(platform.base_image, oci, _where_base(target)))
     base_key = f"pip:{prefix}:base"
     where = f"{prefix} stage base: pip install (platforms.{target.platform_name}.pip_packages)"
-    items.append(_pip(base_key, platform.pip_packages, platform.python_version, uv_platform(oci), where))
+    items.append(
+        _pip(base_key, platform.pip_packages, platform.python_version, uv_platform(oci, platform.glibc), where)
+    )
     torch_inputs = _torch_inputs(target, prefix, base_key)
     items += torch_inputs
     for name, component in target.components:
@@ -118,7 +122,9 @@ def _inputs_of(matrix: Matrix, target: Target) -> list[Input]:
             where = f"{prefix} stage component-{name}: components.{name}.build_requires"
             reqs = list(component.build_requires)
             key = f"pip:{prefix}:component-{name}"
-            items.append(_pip(key, reqs, platform.python_version, uv_platform(oci), where, after=[base_key]))
+            items.append(
+                _pip(key, reqs, platform.python_version, uv_platform(oci, platform.glibc), where, after=[base_key])
+            )
     torch_key = f"pip:{prefix}:torch" if any(i.key == f"pip:{prefix}:torch" for i in torch_inputs) else None
     return items + _runtime_inputs(matrix, target, prefix, base_key, torch_key)
 
@@ -126,7 +132,11 @@ def _inputs_of(matrix: Matrix, target: Target) -> list[Input]:
 def _torch_inputs(target: Target, prefix: str, base_key: str) -> list[Input]:
     """The torch stage's pip installs (a wheel and its requirements; or a source build's requirements and its
     companions) and the torch source."""
-    build, py, plat = target.torch_build, target.platform.python_version, uv_platform(target.oci_platform)
+    build, py, plat = (
+        target.torch_build,
+        target.platform.python_version,
+        uv_platform(target.oci_platform, target.platform.glibc),
+    )
     torch_where = f"torch.{target.torch_key}.builds.{target.platform.kind}"
     torch_key = f"pip:{prefix}:torch"
     if build.obtain == "wheel":
@@ -155,7 +165,7 @@ def _runtime_inputs(
     """TGI: its builder image, source and the server's pip installs; a pip runtime: its requirements file, or its
     packages resolved after the base and torch stages' sets (their packages stay theirs: resolve.py)."""
     runtime, rname, oci = target.runtime, target.runtime_name, target.oci_platform
-    py, plat, kind = target.platform.python_version, uv_platform(oci), target.platform.kind
+    py, plat, kind = target.platform.python_version, uv_platform(oci, target.platform.glibc), target.platform.kind
     if isinstance(runtime, PipRuntime) and runtime.requirements is None:
         where = f"{prefix} stage venv: runtimes.{rname}.packages (after the base and torch sets)"
         after = [base_key, *([torch_key] if torch_key else [])]

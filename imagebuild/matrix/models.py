@@ -84,6 +84,12 @@ class Platform(Strict):
     )
     python: Program = Field(default="python3", description="Python interpreter the stages run.")
     python_version: Version = Field(description="Python version of that interpreter (recorded in the manifest).")
+    glibc: Annotated[str, Field(pattern=r"^2\.[0-9]{1,3}$")] | None = Field(
+        default=None,
+        description="The base image's glibc (2.36 on Debian bookworm): the lock resolves wheels for "
+        "manylinux_2_<minor> and older (PEP 600), the tags the build's pip accepts there (image/cross/cross.py reads "
+        "the same glibc), so both pick the same file. Unset: manylinux_2_28.",
+    )
     arches: list[ArchName] = Field(
         default=[],
         description="GPU targets this platform can build for (e.g. gfx90a, sm_90).",
