@@ -81,10 +81,10 @@ def elf_section_blobs(blob: Blob) -> dict[str, Blob]:
     blob.check(shoff, shnum * shentsize, "ELF section header table")
     headers = []
     for i in range(shnum):
-        name, stype, _flags, _addr, offset, size = blob.unpack("<IIQQQQ", shoff + i * shentsize, "section header")
+        name_off, stype, _flags, _addr, offset, size = blob.unpack("<IIQQQQ", shoff + i * shentsize, "section header")
         if stype != SHT_NOBITS:
             blob.check(offset, size, f"ELF section {i}")
-        headers.append((name, stype, offset, size))
+        headers.append((name_off, stype, offset, size))
     _, str_type, str_off, str_size = headers[shstrndx]
     strtab = b"" if str_type == SHT_NOBITS else blob.read(str_off, min(str_size, MAX_READ), "section name table")
     sections: dict[str, Blob] = {}
@@ -336,12 +336,12 @@ def list_blob(p: Path, blob: Blob) -> Listing:
         if (target := hip_target(entry)) is not None:
             listing.code_objects.append(target)
     nv = sections.get(cuda_fatbin.LOADED)  # `__nv_relfatbin` (relocatable, never loaded): cuda_fatbin.carried
-    for entry in cuda_fatbin.container_entries(nv) if nv else []:
-        if entry.kind == "cubin":
-            listing.code_objects.append(entry.name)
-        elif entry.kind == "ptx":
-            listing.ptx.append(entry.name)
-        listing.entries.append(f"{'elf' if entry.kind == 'cubin' else entry.kind} sm_{entry.name.split('_', 1)[1]}")
+    for fat in cuda_fatbin.container_entries(nv) if nv else []:
+        if fat.kind == "cubin":
+            listing.code_objects.append(fat.name)
+        elif fat.kind == "ptx":
+            listing.ptx.append(fat.name)
+        listing.entries.append(f"{'elf' if fat.kind == 'cubin' else fat.kind} sm_{fat.name.split('_', 1)[1]}")
     listing.code_objects = sorted(set(listing.code_objects))
     listing.ptx = sorted(set(listing.ptx))
     return listing

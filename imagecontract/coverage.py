@@ -284,14 +284,16 @@ def main(argv: list[str] | None = None) -> int:
     manifest = _manifest(args.root, result.errors)
     if args.arch:
         arches = [a for a in re.split(r"[;,\s]+", args.arch) if a]
-    elif manifest and isinstance(manifest.get("gpu_arches"), list) and manifest["gpu_arches"]:
-        arches = [str(a) for a in manifest["gpu_arches"]] + [str(a) for a in manifest.get("experimental_arches", [])]
+    elif manifest and isinstance(gpu := manifest.get("gpu_arches"), list) and gpu:
+        experimental = manifest.get("experimental_arches")
+        arches = [str(a) for a in gpu] + [str(a) for a in (experimental if isinstance(experimental, list) else [])]
     else:
         arches = arches_found(result.libraries)
+    libraries = table(result.libraries, arches)
     doc = {
         "root": str(args.root),
         "requested": arches,
-        "libraries": table(result.libraries, arches),
+        "libraries": libraries,
         "manifest": manifest,
         "scan": {
             "files_seen": result.files_seen,
@@ -300,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
             "errors": result.errors,
         },
     }
-    json.dump(arch_table(doc["libraries"], arches) if args.table else doc, sys.stdout, indent=1)
+    json.dump(arch_table(libraries, arches) if args.table else doc, sys.stdout, indent=1)
     sys.stdout.write("\n")
     return 0
 

@@ -249,6 +249,7 @@ def cuda_cell(device: str, cubins: list[str], ptx: list[str]) -> Cell:
     if dev is None:
         return Cell("none")
     best: tuple[int, int, str] | None = None
+    source = ""
     for name in cubins:
         code = parse_name(name)
         kind = _cubin_cell(code, dev) if code else None

@@ -12,7 +12,7 @@ import dataclasses
 import sys
 import types
 import typing
-from typing import Any, TypeVar, Union
+from typing import Any, TypeGuard, TypeVar, Union
 
 M = TypeVar("M", bound="Model")
 
@@ -21,7 +21,7 @@ class ModelError(ValueError):
     """A document that does not fit its model; the message names the key path (`runtime.serve[2]`)."""
 
 
-def _is_model(tp: Any) -> bool:
+def _is_model(tp: object) -> TypeGuard[type[Model]]:
     return isinstance(tp, type) and issubclass(tp, Model)
 
 
