@@ -9,8 +9,9 @@ pulled back (docs/builders.md).
 from __future__ import annotations
 
 import platform
+import shlex
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from imagebuild.engine import builders
 from imagebuild.errors import ConfigError
@@ -99,3 +100,52 @@ def prepare_legs(
     for line in lines:
         say(line)
     return todo, reused
+
+
+def doctor_facts(engine: Engine, settings: Settings, name: str, legs: list[tuple[str, str]]) -> dict[str, object]:
+    """What `doctor --builder NAME` says: the nodes (endpoint, BuildKit version, platforms) and the node of each
+    leg (target, OCI platform). A configured kubernetes builder buildx does not know yet: its create commands."""
+    config = settings.builders.get(name)
+    try:
+        builder = builders.inspect(engine, name)
+    except ConfigError as exc:
+        if config is None:
+            raise
+        return {
+            "name": name,
+            "driver": config.driver,
+            "created": False,
+            "why": exc.message,
+            "create_commands": builders.kubernetes_commands(name, config)
+            if config.driver == "kubernetes"
+            else [shlex.join(["docker", *argv]) for argv in builders.create_commands(name, config)],
+        }
+    routed = [(target, oci, builder.route(oci)) for target, oci in legs]
+    return {
+        "name": name,
+        "driver": builder.driver,
+        "created": True,
+        "loads": builder.loads,
+        "staging": config.staging if config is not None else None,
+        "nodes": [node.as_dict() for node in builder.nodes],
+        "legs": [{"target": t, "platform": p, "node": n.name if n else None} for t, p, n in routed],
+    }
+
+
+def doctor_lines(facts: dict[str, Any]) -> list[str]:
+    """doctor_facts as text."""
+    head = f"builder {facts['name']} ({facts['driver']} driver)"
+    if not facts["created"]:
+        commands = [f"  {c}" for c in facts["create_commands"]]
+        return [f"{head}: not in buildx ({facts['why']}); create it with:", *commands]
+    how = "loads into the engine" if facts["loads"] else f"legs pushed by digest to {facts['staging'] or '--staging'}"
+    lines = [f"{head}: {how}"]
+    for node in facts["nodes"]:
+        pinned = ", ".join(node["pinned"]) or "none pinned"
+        lines.append(
+            f"  node {node['name']}: {node['endpoint']}, {node['status']}, BuildKit {node['buildkit']}, "
+            f"platforms {', '.join(node['platforms'])} (builds {pinned} first)"
+        )
+    for leg in facts["legs"]:
+        lines.append(f"  leg {leg['target']} {leg['platform']} -> {leg['node'] or 'NO NODE (the build refuses it)'}")
+    return lines

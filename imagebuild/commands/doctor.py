@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from imagebuild.build.builder_use import doctor_facts, doctor_lines
 from imagebuild.commands.common import echo_json
 from imagebuild.engine.features import FEATURES
 from imagebuild.engine.reference import image_argument
@@ -78,6 +79,17 @@ def engine_report(require: tuple[str, ...]) -> dict[str, object]:
     return {**engine_facts(engine.describe(), engine.facts), **where}
 
 
+def builder_report(obj: dict[str, object], name: str) -> dict[str, object]:
+    """The builder's nodes and the node of every leg of the matrix (build/builder_use.py doctor_facts)."""
+    from imagebuild.engine.docker import find_engine
+    from imagebuild.matrix import load_matrix
+    from imagebuild.plan.target_plan import oci_platforms
+
+    matrix = load_matrix(Path(str(obj["matrix_path"])))
+    legs = [(target.name, oci) for target in matrix.targets for oci in oci_platforms(target, ())]
+    return doctor_facts(find_engine(), matrix.model.settings, name, legs)
+
+
 @click.command("doctor")
 @click.argument("image", required=False, callback=image_argument)
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON.")
@@ -88,13 +100,18 @@ def engine_report(require: tuple[str, ...]) -> dict[str, object]:
     type=click.Choice(list(FEATURES)),
     help="An engine feature that must be there (exit 2 naming it when not).",
 )
+@click.option("--builder", help="A buildx builder: its nodes, their BuildKit versions and platforms, each leg's node.")
 @click.pass_obj
-def command(obj: dict[str, object], image: str | None, as_json: bool, require: tuple[str, ...]) -> None:
+def command(  # noqa: PLR0913
+    obj: dict[str, object], image: str | None, as_json: bool, require: tuple[str, ...], builder: str | None
+) -> None:
     """Host GPUs, driver, device nodes (numeric group IDs, can this user open them), whether IMAGE's arches cover
     the GPUs, the docker run / compose / Kubernetes settings for this host, and the container engine: versions,
     image store, and features (multi-platform in one build, OCI media types on push, timestamp rewriting)."""
     facts = gather()
     facts.engine = engine_report(require)
+    nodes = builder_report(obj, builder) if builder else None  # issue 33: JSON under engine.builder
+    facts.engine.update({"builder": nodes} if nodes else {})
     if image is not None:
         image_id, facts.image_arches, note = image_arches(obj, image)
         facts.image = image
@@ -103,5 +120,5 @@ def command(obj: dict[str, object], image: str | None, as_json: bool, require: t
     if as_json:
         echo_json(as_dict(facts))
     else:
-        click.echo("\n".join(describe(facts)))
+        click.echo("\n".join(describe(facts) + (doctor_lines(nodes) if nodes else [])))
     raise SystemExit(0 if not facts.problems() else 1)
