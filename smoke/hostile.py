@@ -70,10 +70,11 @@ def chat(base_url: str, model: str, prompt: str, stream: bool, max_tokens: int =
     body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens}
     if stream:
         body["stream"] = True
-    answer = request(base_url, "POST", "/v1/chat/completions", json.dumps(body).encode(), HOSTILE_TIMEOUT_S)
+    answer = request(base_url, "POST", "/v1/chat/completions", _dumps(body), HOSTILE_TIMEOUT_S)
     kind = "streaming chat" if stream else "chat"
     if answer.status != 200:
         raise ServeError(f"{kind} request answered {answer.status}: {answer.body[:200]!r}")
+    text: object  # whatever the server put there: checked to be a non-empty string below
     if stream:
         parts = [
             ((e.get("choices") or [{}])[0].get("delta") or {}).get("content") or ""
@@ -89,35 +90,39 @@ def chat(base_url: str, model: str, prompt: str, stream: bool, max_tokens: int =
     return text
 
 
+def _dumps(doc: object) -> bytes:
+    """A request body: the document as JSON bytes."""
+    return json.dumps(doc).encode()
+
+
 def _cases(api: str, model: str, prompt: str, limits: dict[str, int]) -> list[tuple[str, str, bytes]]:
     """(name, path, raw body) of every hostile request for the API flavour."""
-    dumps = lambda doc: json.dumps(doc).encode()  # noqa: E731
     if api == "tgi":
         gen = "/generate"
         cases = [
             ("malformed-json", gen, b'{"inputs": '),
-            ("missing-inputs", gen, dumps({"parameters": {"max_new_tokens": 4}})),
-            ("negative-max-tokens", gen, dumps({"inputs": prompt, "parameters": {"max_new_tokens": -5}})),
-            ("huge-max-tokens", gen, dumps({"inputs": prompt, "parameters": {"max_new_tokens": HUGE}})),
+            ("missing-inputs", gen, _dumps({"parameters": {"max_new_tokens": 4}})),
+            ("negative-max-tokens", gen, _dumps({"inputs": prompt, "parameters": {"max_new_tokens": -5}})),
+            ("huge-max-tokens", gen, _dumps({"inputs": prompt, "parameters": {"max_new_tokens": HUGE}})),
         ]
     else:
         comp, chat_path = "/v1/completions", "/v1/chat/completions"
         cases = [
             ("malformed-json", comp, b'{"model": '),
             ("not-an-object", comp, b"[1, 2, 3]"),
-            ("missing-prompt", comp, dumps({"model": model, "max_tokens": 4})),
-            ("missing-messages", chat_path, dumps({"model": model, "max_tokens": 4})),
-            ("negative-max-tokens", comp, dumps({"model": model, "prompt": prompt, "max_tokens": -5})),
-            ("huge-max-tokens", comp, dumps({"model": model, "prompt": prompt, "max_tokens": HUGE})),
+            ("missing-prompt", comp, _dumps({"model": model, "max_tokens": 4})),
+            ("missing-messages", chat_path, _dumps({"model": model, "max_tokens": 4})),
+            ("negative-max-tokens", comp, _dumps({"model": model, "prompt": prompt, "max_tokens": -5})),
+            ("huge-max-tokens", comp, _dumps({"model": model, "prompt": prompt, "max_tokens": HUGE})),
             (
                 "huge-max-tokens-chat",
                 chat_path,
-                dumps({"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": HUGE}),
+                _dumps({"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": HUGE}),
             ),
         ]
     if limits.get("max_request_bytes"):
         padding = "x" * (int(limits["max_request_bytes"]) + 1)
-        cases.append(("oversize-body", cases[0][1], dumps({"model": model, "prompt": padding, "inputs": padding})))
+        cases.append(("oversize-body", cases[0][1], _dumps({"model": model, "prompt": padding, "inputs": padding})))
     return cases
 
 
@@ -131,13 +136,14 @@ def _tokens(api: str, answer: Answer) -> int | None:
 def disconnect_mid_stream(base_url: str, api: str, model: str, prompt: str, max_tokens: int) -> float:
     """Start a streaming request, read until the first event arrives, close the socket; seconds it took."""
     host, _, port = base_url.removeprefix("http://").partition(":")
+    body: dict[str, object]
     if api == "tgi":
         path, body = "/generate_stream", {"inputs": prompt, "parameters": {"max_new_tokens": max_tokens}}
     else:
         path = "/v1/chat/completions"
         body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens}
         body["stream"] = True
-    data = json.dumps(body).encode()
+    data = _dumps(body)
     head = f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
     start = time.perf_counter()
     with socket.create_connection((host, int(port)), timeout=HOSTILE_TIMEOUT_S) as sock:
