@@ -55,6 +55,7 @@ class BuilderConfig(Protocol):
 
 
 ENGINE_DRIVERS = ("docker",)  # the engine's own builder: results load into its image store
+KUBERNETES_IMAGE = "moby/buildkit:v0.32.2"  # the BuildKit the nodes here run (../shared/tools/buildkit)
 METADATA_LIMIT = 1 << 20  # a buildx metadata file is a few KiB; more is not read
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _PLATFORMS_LINE = re.compile(r"^Platforms:\s*(.*)$")
@@ -180,7 +181,7 @@ def create_commands(name: str, config: BuilderConfig) -> list[list[str]]:
         argv += ["--append"] if index else []
         argv += ["--platform", ",".join(node.platforms)]
         if config.driver == "kubernetes":
-            opts = [f"namespace={config.namespace}", "replicas=1", "rootless=false"]
+            opts = [f"namespace={config.namespace}", f"image={KUBERNETES_IMAGE}", "replicas=1", "rootless=false"]
             opts += [f"nodeselector={node.node_selector}"] if node.node_selector else []
             argv += ["--driver-opt", ",".join(opts)]
         elif node.tls is not None:
