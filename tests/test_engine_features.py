@@ -8,8 +8,9 @@ import pytest
 
 from imagebuild.engine.docker import image_store
 from imagebuild.engine.features import EngineFacts, vendored_buildkit
+from imagebuild.engine.sdk import pushed_digest
 from imagebuild.errors import ConfigError
-from imagebuild.release.publish import gate_ids, pushed_digest
+from imagebuild.release.publish import gate_ids
 
 DOCKER20_INFO = 'overlay2|[["Backing Filesystem","extfs"],["Supports d_type","true"],["Native Overlay Diff","true"]]'
 DOCKER26_INFO = 'overlayfs|[["driver-type","io.containerd.snapshotter.v1"]]'

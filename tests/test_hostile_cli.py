@@ -108,6 +108,7 @@ def test_an_interrupt_between_create_and_its_answer_still_removes_the_container(
     """The signal lands after the engine created the container but before the SDK returned it to run_smoke:
     the real engine creates it, then the interrupt is raised there (what SIGTERM does at that instant)."""
     from imagebuild.engine.docker import docker_client
+    from imagebuild.engine.sdk import DockerEngine
     from imagebuild.prove.smoke import run_smoke
     from imagebuild.signals import Terminated
 
@@ -125,10 +126,11 @@ def test_an_interrupt_between_create_and_its_answer_still_removes_the_container(
         containers = Interrupted()
         images = client.images
 
-    image = client.images.get(sleeping_image)
+    engine = DockerEngine(Client())
+    image = engine.image(sleeping_image)
     report = tmp_path / "reports" / "report.json"
     with pytest.raises(Terminated):
-        run_smoke(Client(), image, "none", report, report.with_name("junit.xml"), sleeping_image)
+        run_smoke(engine, image, "none", report, report.with_name("junit.xml"), sleeping_image)
     assert _containers(sleeping_image) == [], "the container created before the interrupt is still there"
     assert list(report.parent.glob(".smoke-*")) == []
 

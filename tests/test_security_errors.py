@@ -188,11 +188,13 @@ class StandInClient:
 
 def test_a_container_that_fails_to_start_is_removed(tmp_path: Path) -> None:
     pytest.importorskip("docker")
+    from imagebuild.engine.interface import LocalImage
+    from imagebuild.engine.sdk import DockerEngine
     from imagebuild.prove.smoke import run_smoke
 
-    client = StandInClient()
-    image = type("StandInImage", (), {"id": "sha256:" + "1" * 64})()
+    client = StandInClient()  # the SDK's client stood in for: DockerEngine's own removal on a failed start is tested
+    image = LocalImage("sha256:" + "1" * 64)
     with pytest.raises(SmokeFailed, match="could not start the smoke container"):
-        run_smoke(client, image, "none", tmp_path / "report.json", tmp_path / "junit.xml", "x")  # type: ignore[arg-type]
+        run_smoke(DockerEngine(client), image, "none", tmp_path / "report.json", tmp_path / "junit.xml", "x")
     assert client.container.removed
     assert [p.name for p in tmp_path.iterdir()] == [], "the container's output folder stayed behind"

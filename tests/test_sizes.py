@@ -55,7 +55,9 @@ def test_a_real_image_is_measured_and_refused_over_its_budget() -> None:
     image, _ = client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
     try:
         budget = SimpleNamespace(unpacked_mb=1, compressed_mb=1)
-        record = sizes.measure(client, image.id, budget, dockerfile)
+        from imagebuild.engine.sdk import DockerEngine
+
+        record = sizes.measure(DockerEngine(client), image.id, budget, dockerfile)
         assert record["largest_layers"][0]["step"] == "(the base image)"  # debootstrap's tree, imported
         blob = next(r for r in record["largest_layers"] if "head -c 3000000" in r["step"])
         assert blob["bytes"] >= 3_000_000 and blob["step"].startswith("base: ")

@@ -1,5 +1,6 @@
 """The host side of `imagebuild smoke`: the suite's report is read once and checked against SmokeReport before
-anything is written where publish looks (issue 20). A stand-in container (no engine) writes the report."""
+anything is written where publish looks (issue 20). The stub engine (no engine behind it) stands in for the
+container: its run writes the report into the folder mounted at /out."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from imagebuild.engine.interface import LocalImage, RunResult, RunSpec
+from imagebuild.engine.stub import StubEngineForUnitTests
 from imagebuild.errors import SmokeFailed
 from imagebuild.plan.imageref import ImageRef
 
@@ -16,44 +19,24 @@ IMAGE_ID = "sha256:" + "2" * 64
 FITS = {"schema_version": 1, "passed": True, "checks": [{"name": "environment", "status": "passed"}]}
 
 
-class StandInContainer:
-    """Writes `document` as the suite's report.json into the folder mounted at /out, exits 0."""
+def _engine(report_text: str) -> StubEngineForUnitTests:
+    """A run that writes report_text as the suite's report.json into the folder mounted at /out, exits 0."""
 
-    def __init__(self, document: object) -> None:
-        self.document, self.out = document, Path()
-        self.attrs = {"Image": IMAGE_ID}
+    def run(spec: RunSpec) -> RunResult:
+        out = next(Path(m.source) for m in spec.mounts if m.target == "/out")
+        (out / "report.json").write_text(report_text)
+        return RunResult(0, output=b"smoke: passed\n", image_id=IMAGE_ID)
 
-    def start(self) -> None:
-        (self.out / "report.json").write_text(json.dumps(self.document))
-
-    def wait(self, timeout: int) -> dict[str, int]:
-        return {"StatusCode": 0}
-
-    def logs(self, **_: object) -> bytes:
-        return b"smoke: passed\n"
-
-    def remove(self, force: bool = False, v: bool = False) -> None:
-        return None
-
-
-class StandInClient:
-    def __init__(self, document: object) -> None:
-        self.container = StandInContainer(document)
-        self.containers = self
-
-    def create(self, *_: object, volumes: dict[str, Any], **__: object) -> StandInContainer:
-        self.container.out = Path(next(iter(volumes)))
-        return self.container
+    return StubEngineForUnitTests(on_run=run)
 
 
 def _run(tmp_path: Path, document: object) -> Any:
-    pytest.importorskip("docker")
     from imagebuild.prove.smoke import run_smoke
 
-    image = type("StandInImage", (), {"id": IMAGE_ID})()
     ref = ImageRef(IMAGE_ID, "t")
     report = tmp_path / "smoke" / "report.json"
-    return run_smoke(StandInClient(document), image, "none", report, report.with_name("junit.xml"), "t", ref)  # type: ignore[arg-type]
+    engine = _engine(json.dumps(document))
+    return run_smoke(engine, LocalImage(IMAGE_ID), "none", report, report.with_name("junit.xml"), "t", ref)
 
 
 def test_a_report_that_does_not_fit_is_never_written(tmp_path: Path) -> None:
@@ -65,18 +48,10 @@ def test_a_report_that_does_not_fit_is_never_written(tmp_path: Path) -> None:
 
 
 def _run_text(tmp_path: Path) -> Any:
-    class NotJson(StandInContainer):
-        def start(self) -> None:
-            (self.out / "report.json").write_text("{")
-
-    client = StandInClient(None)
-    client.container = NotJson(None)
-    pytest.importorskip("docker")
     from imagebuild.prove.smoke import run_smoke
 
-    image = type("StandInImage", (), {"id": IMAGE_ID})()
     report = tmp_path / "smoke" / "report.json"
-    return run_smoke(client, image, "none", report, report.with_name("junit.xml"), "t")  # type: ignore[arg-type]
+    return run_smoke(_engine("{"), LocalImage(IMAGE_ID), "none", report, report.with_name("junit.xml"), "t")
 
 
 def test_a_fitting_report_is_written_once_with_what_the_host_knows(tmp_path: Path) -> None:

@@ -210,12 +210,13 @@ def test_tuning_container_runs_the_mounted_script_and_reports_its_failure(
     engine: Any, torch_cpu_image: tuple[str, str], tmp_path: Path
 ) -> None:
     """The whole container path of `tune` short of a GPU: script mounted, shapes read, exit status surfaced."""
+    from imagebuild.engine.sdk import DockerEngine
     from imagebuild.errors import BuildFailed
     from imagebuild.tunableop import tune as tt
 
     gemms = ts.parse_shapes("out=64 in=32 tokens=1,2\n")
     with pytest.raises(BuildFailed, match=r"failed \(exit 2\): error: no GPU visible to torch"):
-        tt.run_tuning(engine, torch_cpu_image[0], gemms, tmp_path, gpu="none")
+        tt.run_tuning(DockerEngine(engine), torch_cpu_image[0], gemms, tmp_path, gpu="none")
     assert json.loads((tmp_path / "shapes.json").read_text())["gemms"][1]["tokens"] == 2
 
 

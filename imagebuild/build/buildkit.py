@@ -11,7 +11,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from imagebuild.build.secrets import Secrets
 from imagebuild.engine import builders
+from imagebuild.engine.cli import start_build
 from imagebuild.engine.docker import Engine
 from imagebuild.errors import BuildFailed, ConfigError
 from imagebuild.plan.git import GitInfo as GitInfo  # re-exported: `from imagebuild.build.buildkit import GitInfo`
@@ -256,15 +256,7 @@ def run_build(
     started = time.monotonic()
     with open(spec.log_path, "w", encoding="utf-8") as log:
         log.write("$ " + " ".join(argv) + "\n")
-        proc = subprocess.Popen(
-            argv,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            env={**os.environ, **engine.env},
-            cwd=spec.context,
-        )
+        proc = start_build(engine, argv, spec.context)
         assert proc.stdout is not None
         for raw in proc.stdout:
             line = secrets.scrub(raw.rstrip("\n"))

@@ -3,18 +3,20 @@
 `matrix.yaml` `size_budgets.<target>` gives what an image of the target may weigh unpacked (the engine's size) and,
 optionally, compressed (gzip of its layers as `docker save` streams them, what a registry push stores at the
 default level). A build over either fails (exit 3) naming the largest layers and their steps. Read through the
-docker SDK (image history and save), never a subprocess.
+engine (ContainerEngine.history and save), never a subprocess.
 """
 
 from __future__ import annotations
 
 import re
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import docker.errors
-
+from imagebuild.engine.interface import EngineError
 from imagebuild.errors import ConfigError
+
+if TYPE_CHECKING:
+    from imagebuild.engine.interface import ContainerEngine
 
 MB = 1_000_000
 LARGEST = 5
@@ -35,16 +37,16 @@ def dockerfile_steps(text: str) -> list[tuple[str, str]]:
     return steps
 
 
-def layers(client: Any, image_id: str, dockerfile: str = "") -> list[dict[str, Any]]:
+def layers(engine: ContainerEngine, image_id: str, dockerfile: str = "") -> list[dict[str, Any]]:
     """The image's layers, largest first: bytes and the step that made each, named `<stage>: <command's end>` when
     the Dockerfile's RUN is found in it (BuildKit records the command without its --mount flags)."""
     known = dockerfile_steps(dockerfile)
     rows = []
-    for row in client.api.history(image_id):  # docker.errors.APIError: handled by measure()
-        size = int(row.get("Size") or 0)
+    for row in engine.history(image_id):  # EngineError: handled by measure()
+        size = row.size
         if size <= 0:
             continue
-        made = " ".join(str(row.get("CreatedBy") or "").split()).removesuffix("# buildkit").strip()
+        made = " ".join(row.created_by.split()).removesuffix("# buildkit").strip()
         stage = next((name for name, body in known if body and body in made), None)
         step = (
             f"{stage}: RUN ...{made[-STEP_CHARS:]}"
@@ -55,29 +57,29 @@ def layers(client: Any, image_id: str, dockerfile: str = "") -> list[dict[str, A
     return sorted(rows, key=lambda r: -r["bytes"])
 
 
-def compressed_bytes(client: Any, image_id: str) -> int:
+def compressed_bytes(engine: ContainerEngine, image_id: str) -> int:
     """gzip (level 6) of the image as `docker save` streams it: an estimate of what a registry push stores."""
     packer = zlib.compressobj(6, zlib.DEFLATED, 31)
     total = 0
-    for chunk in client.images.get(image_id).save(chunk_size=1 << 20):
+    for chunk in engine.save(image_id):
         total += len(packer.compress(chunk))
     return total + len(packer.flush())
 
 
-def measure(client: Any, image_id: str, budget: Any | None, dockerfile: str = "") -> dict[str, Any]:
+def measure(engine: ContainerEngine, image_id: str, budget: Any | None, dockerfile: str = "") -> dict[str, Any]:
     """The size record of one image (the build report's `size`); compressed only when budgeted (a full save)."""
-    unpacked = int(client.images.get(image_id).attrs.get("Size") or 0)
+    unpacked = engine.image(image_id).size or 0
     record: dict[str, Any] = {"unpacked_bytes": unpacked, "largest_layers": []}
     try:
-        record["largest_layers"] = layers(client, image_id, dockerfile)[:LARGEST]
-    except docker.errors.APIError as exc:
+        record["largest_layers"] = layers(engine, image_id, dockerfile)[:LARGEST]
+    except EngineError as exc:
         # Docker 26.1's containerd store has no history of an image of another CPU platform (404 "snapshot ...
         # does not exist": it is not unpacked here; the platform argument came in API 1.48). Say so, keep the size.
         record["layers_unavailable"] = " ".join(str(exc.explanation or exc).split())[:200]
     if budget is not None:
         record["budget"] = {"unpacked_mb": budget.unpacked_mb, "compressed_mb": budget.compressed_mb}
         if budget.compressed_mb is not None:
-            record["compressed_bytes"] = compressed_bytes(client, image_id)
+            record["compressed_bytes"] = compressed_bytes(engine, image_id)
     return record
 
 
@@ -111,16 +113,16 @@ def add_sizes(specs: list[Any], results: list[Any], budgets: dict[str, Any], kno
     todo = [(spec, result) for spec, result in zip(specs, results, strict=True) if result.ok and result.image_id]
     if not todo:
         return
-    from imagebuild.engine.docker import docker_client
+    from imagebuild.engine.sdk import docker_engine
 
-    client = docker_client()
+    engine = docker_engine()
     for spec, result in todo:
         name = spec.plan.target.name if spec.plan is not None else result.target
         try:
             text = spec.dockerfile.read_text(encoding="utf-8")
         except OSError:
             text = ""
-        result.size = measure(client, result.image_id, budget_for(budgets, name, known), text)
+        result.size = measure(engine, result.image_id, budget_for(budgets, name, known), text)
         reason = over_budget(result.size)
         if reason:
             result.ok, result.failed_step = False, reason

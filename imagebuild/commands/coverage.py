@@ -44,12 +44,13 @@ def render_table(doc: ArchCoverage) -> list[str]:
 @click.pass_obj
 def command(obj: dict[str, object], image: str, as_json: bool, arch: str | None) -> None:
     """Scan every library with device code in IMAGE (ours or not) and print library x arch."""
-    from imagebuild.engine.docker import docker_client, find_engine, resolve_image
+    from imagebuild.engine.docker import find_engine, resolve_image
+    from imagebuild.engine.sdk import docker_engine
     from imagebuild.plan.keys import target_names
 
     matrix_path = Path(str(obj["matrix_path"]))
     root = matrix_path.resolve().parent if matrix_path.exists() else Path.cwd()
-    _, found, ref = resolve_image(docker_client(), image, target_names(matrix_path), root)
+    _, found, ref = resolve_image(docker_engine(), image, target_names(matrix_path), root)
     engine = find_engine()
     method = IN_IMAGE
     try:

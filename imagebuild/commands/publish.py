@@ -95,16 +95,17 @@ def command(
         if not flows.promote_index(job, image, staged_here=bool(index_of)):  # an index: children gated
             flows.promote_one(job, image)
         return
-    from imagebuild.engine.docker import docker_client, find_engine
+    from imagebuild.engine.docker import find_engine
+    from imagebuild.engine.sdk import docker_engine
 
     if require_oci:  # before anything is pushed: one error line naming the feature and the engine that has it
         find_engine().require("oci-media-types", "publish --oci")
-    client = docker_client()
+    engine = docker_engine()
     found = named(matrix_path, image, platforms)
     if len(found.keys) > 1:  # one OCI index per tag, every platform smoked (issue 15)
-        flows.publish_index(client, job, found.keys)
+        flows.publish_index(engine, job, found.keys)
     else:  # one platform of the target, or an image reference: that image alone
-        flows.publish_one(client, job, found)
+        flows.publish_one(engine, job, found)
 
 
 @contextmanager

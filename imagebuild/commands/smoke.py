@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from imagebuild.commands.common import platforms_option
-from imagebuild.engine.docker import GPU_KINDS, docker_client, resolve_image
+from imagebuild.engine.docker import GPU_KINDS, resolve_image
 from imagebuild.engine.reference import image_argument
 from imagebuild.errors import ConfigError, ImagebuildError
 from imagebuild.matrix.oci_platform import for_host
@@ -57,11 +57,13 @@ def command(
     runs = _runs(found_names, root)
     if len(runs) > 1 and (report_path or junit_path):
         raise ConfigError("--report/--junit name one file: pass one --platform with them")
-    client = docker_client()
+    from imagebuild.engine.sdk import docker_engine
+
+    engine = docker_engine()
     names = list(found_names.targets)
     failures: list[ImagebuildError] = []
     for name, oci, folder in runs:
-        slug, found, ref = resolve_image(client, name, [*names, name] if oci else names, root)
+        slug, found, ref = resolve_image(engine, name, [*names, name] if oci else names, root)
         folder = folder if oci else root / "build" / "smoke" / slug  # an image reference: its name as a folder
         emulated = oci is not None and oci != host_platform()
         kind = "none" if emulated else gpu  # emulated: the CPU, the suite's small sizes
@@ -69,7 +71,7 @@ def command(
         junit = junit_path or report.with_name("junit.xml")
         where = f" {oci}{' (emulated)' if emulated else ''}" if oci else ""
         click.echo(f"smoke {name}{where} ({found.id[:19]}) gpu={kind}", err=True)
-        outcome = run_smoke(client, found, kind, report, junit, name if oci else image, ref)
+        outcome = run_smoke(engine, found, kind, report, junit, name if oci else image, ref)
         lines, failure = judge(outcome)
         for line in lines:
             click.echo(line)

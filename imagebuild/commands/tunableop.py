@@ -71,10 +71,10 @@ def check_cmd(file: Path, image: str | None, expect: tuple[str, ...], gpu: str, 
     results = top.load(file)
     given = top.parse_expectations(expect)
     if image:
-        from imagebuild.engine.docker import docker_client
+        from imagebuild.engine.sdk import docker_engine
         from imagebuild.tunableop import tune as tt
 
-        expected = tt.expect_with_overrides(tt.image_validators(docker_client(), image, gpu), given)
+        expected = tt.expect_with_overrides(tt.image_validators(docker_engine(), image, gpu), given)
     else:  # only the keys the user names are judged
         expected = top.Expected(values=given, complete=False, source="--expect")
     report = top.check_validators(results, expected)
@@ -129,7 +129,7 @@ def tune_cmd(
     max_tuning_iterations: int,
 ) -> None:
     """Tune the listed GEMMs inside IMAGE on this host's GPU (needs a GPU host)."""
-    from imagebuild.engine.docker import docker_client
+    from imagebuild.engine.sdk import docker_engine
     from imagebuild.tunableop import tune as tt
 
     try:
@@ -140,7 +140,7 @@ def tune_cmd(
         raise ConfigError(f"{shapes}: cannot read: {exc.strerror or exc}") from None
     gemms = tunableop_shapes.parse_shapes(text, str(shapes))
     outcome = tt.tune(
-        docker_client(),
+        docker_engine(),
         image,
         gemms,
         out_dir,
@@ -164,10 +164,10 @@ def tune_cmd(
 @click.option("--gpu", type=click.Choice(["auto", "rocm", "cuda", "none"]), default="auto", show_default=True)
 def bake_cmd(image: str, file: Path, tag: str, expect: tuple[str, ...], gpu: str) -> None:
     """Build TAG from IMAGE with FILE under /opt/imagebuild/tunableop/, its validators checked first."""
-    from imagebuild.engine.docker import docker_client
+    from imagebuild.engine.sdk import docker_engine
     from imagebuild.tunableop import tune as tt
 
-    c = docker_client()
+    c = docker_engine()
     results = top.load(file)
     expected = tt.expect_with_overrides(tt.image_validators(c, image, gpu), top.parse_expectations(expect))
     slug = tt.arch_slug(results.validators.get("GCN_ARCH_NAME") or f"pt{results.validators['PT_VERSION']}")

@@ -1,5 +1,5 @@
 """The docker client as a subprocess, for what only the CLI does well: run a program in an image with a bind
-mount, copy a file out of a container, add a layer (`FROM image` + files) through BuildKit.
+mount, copy a file out of a container, add a layer (`FROM image` + files) through BuildKit, start a build.
 
 The engine's room holds every such process; prove/coverage.py (the arch scan) and release/sbom_image.py (the
 inventory and the SBOM layer) call these and say their own errors.
@@ -60,6 +60,20 @@ def docker(engine: Engine, *args: str, timeout: int = 300, input_text: str | Non
         tail = next((line for line in lines if "Error response from daemon" in line), lines[-1])
         raise CliFailed(f"docker {args[0]} failed: {tail[:300]}", proc.returncode, proc.stderr)
     return proc.stdout
+
+
+def start_build(engine: Engine, argv: list[str], cwd: Path) -> subprocess.Popen[str]:
+    """Start a BuildKit build (argv: engine.build_prefix() and its flags) in cwd with the engine's environment; its
+    stdout and stderr as one text stream (undecodable bytes replaced), for build/buildkit.py to log line by line."""
+    return subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        env={**os.environ, **engine.env},
+        cwd=cwd,
+    )
 
 
 def copy_out(engine: Engine, container: str, path: str) -> str | None:

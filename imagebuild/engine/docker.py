@@ -12,7 +12,6 @@ address that accepts and never replies) is a ConfigError (exit 2). What the engi
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -26,13 +25,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from imagebuild.engine.features import CONTAINERD_STORE, EngineFacts, vendored_buildkit
+from imagebuild.engine.interface import ImageNotFound
 from imagebuild.envvars import env_seconds
 from imagebuild.errors import ConfigError
 from imagebuild.plan.imageref import ImageRef, local_tag, read_record
 
 if TYPE_CHECKING:
     import docker
-    from docker.models.images import Image
+
+    from imagebuild.engine.interface import ContainerEngine, LocalImage
 
 # Clients from 23.0 on hand `docker build` to buildx; without the plugin they cannot run BuildKit.
 _LAST_NATIVE_BUILDKIT_MAJOR = 22
@@ -259,26 +260,24 @@ def _slug(text: str) -> str:
 
 
 def resolve_image(
-    client: docker.DockerClient, given: str, targets: list[str], root: Path
-) -> tuple[str, Image, ImageRef]:
+    engine: ContainerEngine, given: str, targets: list[str], root: Path
+) -> tuple[str, LocalImage, ImageRef]:
     """IMAGE or TARGET -> (a name for report paths, the engine's image, its reference).
 
     A target name means the image its last build recorded (imageref.record_path), by ID; only without a record
     (or when that image was removed) does the local tag `imagebuild:<target>` decide. Anything else is an engine
     reference.
     """
-    from docker.errors import ImageNotFound
-
     bare = re.fullmatch(r"[a-z0-9][a-z0-9._-]*", given) is not None
     if given in targets or bare:
         record = read_record(root, given)
         if record is not None:
             try:
-                return given, client.images.get(record.image_id), record
+                return given, engine.image(record.image_id), record
             except ImageNotFound:  # removed since: what the tag names now is all there is
                 pass
         try:
-            image = client.images.get(local_tag(given))
+            image = engine.image(local_tag(given))
             return given, image, ImageRef(image.id, given, tuple(image.tags), recorded_by="engine")
         except ImageNotFound:
             if given in targets:
@@ -287,43 +286,7 @@ def resolve_image(
                     hint=f"imagebuild build {given}",
                 ) from None
     try:
-        image = client.images.get(given)
+        image = engine.image(given)
     except ImageNotFound:
         raise ConfigError(f"no local image '{given}'", hint="build it or pull it first") from None
     return _slug(given), image, ImageRef(image.id, None, tuple(image.tags), recorded_by="engine")
-
-
-@dataclass(frozen=True)
-class Ran:
-    """What a container that ran to its end left: its exit code and output."""
-
-    exit_code: int
-    stdout: bytes
-    stderr: bytes
-
-
-def remove_container(container: Any) -> None:
-    """Remove a container with its anonymous volumes (an image's `VOLUME /data` makes one per container; the
-    SDK's `remove=True` and a plain remove leave it), whatever state it is in; a container already gone is no
-    error."""
-    from docker.errors import APIError, NotFound
-
-    with contextlib.suppress(NotFound, APIError):
-        container.remove(force=True, v=True)
-
-
-def run_removed(client: Any, image: str, *, timeout: float | None = None, **create: Any) -> Ran:
-    """Create, start, wait and read a container, then remove it with its anonymous volumes on every path: a
-    start that fails (no python3 in the image: the SDK's `containers.run(remove=True)` left it Created), a
-    wait that times out, an interrupt. APIError from create or start is the caller's to report."""
-    container = client.containers.create(image, **create)
-    try:
-        container.start()
-        status = container.wait(timeout=timeout)
-        return Ran(
-            int(status.get("StatusCode", -1)),
-            container.logs(stdout=True, stderr=False),
-            container.logs(stdout=False, stderr=True),
-        )
-    finally:
-        remove_container(container)

@@ -98,12 +98,11 @@ def resolve_remote(ref: str, platforms: list[str], limit: float | None = None) -
 def resolve_local(ref: str) -> dict[str, Any]:
     """A base image made on this machine: its ID in the engine (`local/...`) or its digest in the loopback registry."""
     if ref.startswith("local/"):
-        from docker.errors import ImageNotFound
-
-        from imagebuild.engine.docker import docker_client
+        from imagebuild.engine.interface import ImageNotFound
+        from imagebuild.engine.sdk import docker_engine
 
         try:
-            image = docker_client().images.get(ref)
+            image = docker_engine().image(ref)
         except ImageNotFound:
             return {"why": f"{ref} is not in the engine (scripts/setup.sh makes it)"}
         return {"image_id": image.id, "made_by": "scripts/make-base-image.sh (debootstrap + docker import)"}

@@ -13,16 +13,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from imagebuild.engine.docker import detect_gpu, device_options, remove_container
+from imagebuild.engine.docker import detect_gpu
+from imagebuild.engine.interface import ContainerStartFailed, ContainerTimeout, Mount, RunSpec
 from imagebuild.envvars import env_int
 from imagebuild.errors import ConfigError, SmokeFailed
 from imagecontract.atomic import write_atomic
 from imagecontract.models import ModelError, SmokeReport
 
 if TYPE_CHECKING:
-    import docker
-    from docker.models.images import Image
-
+    from imagebuild.engine.interface import ContainerEngine, LocalImage
     from imagebuild.plan.imageref import ImageRef
 
 IMAGE_ROOT = "/opt/imagebuild"
@@ -40,8 +39,8 @@ class SmokeOutcome:
 
 
 def run_smoke(
-    client: docker.DockerClient,
-    image: Image,
+    engine: ContainerEngine,
+    image: LocalImage,
     gpu: str,
     report_path: Path,
     junit_path: Path,
@@ -49,9 +48,6 @@ def run_smoke(
     ref: ImageRef | None = None,
 ) -> SmokeOutcome:
     """Run the suite in a throwaway container; write report (with image_id), JUnit and the container log."""
-    from docker.errors import APIError
-    from requests import RequestException
-
     timeout_s = env_int(TIMEOUT_ENV, TIMEOUT_DEFAULT_S, minimum=1)
     gpu = detect_gpu() if gpu == "auto" else gpu
     if gpu == "rocm" and not Path("/dev/kfd").exists():
@@ -60,35 +56,28 @@ def run_smoke(
     out = Path(tempfile.mkdtemp(prefix=".smoke-", dir=report_path.parent))
     os.chmod(out, 0o777)  # the image may run as a non-root user
     log_path = report_path.with_name(report_path.stem + ".log")
+    spec = RunSpec(
+        image.id,
+        command=(),
+        entrypoint=("python3", "-m", "smoke", "--report", "/out/report.json", "--junit", "/out/junit.xml"),
+        environment={"PYTHONPATH": IMAGE_ROOT},
+        mounts=(Mount(str(out.resolve()), "/out"),),
+        network="host",
+        working_dir=IMAGE_ROOT,
+        gpu=gpu,
+        # found by its name when an interrupt (SIGINT, SIGTERM) lands before create returns; removed on every path
+        name=f"imagebuild-smoke-{uuid.uuid4().hex[:16]}",
+        timeout=timeout_s,
+        combined_output=True,
+    )
     try:
-        container, name = None, f"imagebuild-smoke-{uuid.uuid4().hex[:16]}"
         try:
-            try:  # created, then started: a start that fails (no such device) removes what it created
-                container = client.containers.create(
-                    image.id,
-                    name=name,  # found by it when an interrupt (SIGINT, SIGTERM) lands before create returns
-                    entrypoint=["python3", "-m", "smoke", "--report", "/out/report.json", "--junit", "/out/junit.xml"],
-                    command=[],
-                    network_mode="host",
-                    working_dir=IMAGE_ROOT,
-                    environment={"PYTHONPATH": IMAGE_ROOT},
-                    volumes={str(out.resolve()): {"bind": "/out", "mode": "rw"}},
-                    **device_options(gpu),
-                )
-                container.start()
-            except APIError as exc:
-                raise SmokeFailed(f"could not start the smoke container ({gpu}): {exc.explanation or exc}") from None
-            try:
-                status = container.wait(timeout=timeout_s)
-            except RequestException:
-                raise SmokeFailed(f"the smoke suite did not finish within {timeout_s} s") from None
-            exit_code = int(status.get("StatusCode", -1))
-            logs = container.logs(stdout=True, stderr=True).decode(errors="replace")
-            image_id = container.attrs["Image"]
-        finally:  # every path: a failed start, a timeout, SIGINT and SIGTERM (imagebuild/signals.py) alike
-            container = container if container is not None else _named(client, name)
-            if container is not None:
-                remove_container(container)  # with its anonymous volume (the image's VOLUME /data)
+            ran = engine.run(spec)
+        except ContainerStartFailed as exc:
+            raise SmokeFailed(f"could not start the smoke container ({gpu}): {exc.explanation or exc}") from None
+        except ContainerTimeout:
+            raise SmokeFailed(f"the smoke suite did not finish within {timeout_s} s") from None
+        exit_code, logs, image_id = ran.exit_code, ran.output.decode(errors="replace"), ran.image_id
         write_atomic(log_path, logs)
         produced = out / "report.json"
         if not produced.is_file():
@@ -105,17 +94,6 @@ def run_smoke(
     finally:
         shutil.rmtree(out, ignore_errors=True)
     return SmokeOutcome(image_id, report_path, junit_path, log_path, smoke, exit_code)
-
-
-def _named(client: docker.DockerClient, name: str) -> Any:
-    """The container called `name`, or None: an interrupt between the engine's create and the SDK's return
-    leaves one that only its name finds."""
-    from docker.errors import APIError, NotFound
-
-    try:
-        return client.containers.get(name)
-    except (NotFound, APIError):
-        return None
 
 
 def _checked(produced: Path, log_path: Path) -> SmokeReport:

@@ -38,8 +38,7 @@ from imagebuild.release.publish import (
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
-    import docker
-
+    from imagebuild.engine.interface import ContainerEngine
     from imagebuild.plan.image_key import ImageKey
     from imagebuild.plan.keys import Named
 
@@ -118,13 +117,13 @@ def lock_gate(job: Job, images: list[tuple[str, Any]]) -> dict[str, dict[str, An
     return records
 
 
-def publish_one(client: docker.DockerClient, job: Job, named: Named) -> None:
+def publish_one(engine: ContainerEngine, job: Job, named: Named) -> None:
     """One image (a target's one chosen platform, or an image reference): gates, push, verify, sign, tags."""
     from imagebuild.engine.docker import resolve_image
 
     key = named.keys[0] if named.keys else None
     image = key.name if key else named.given
-    name, found, ref = resolve_image(client, image, list(named.targets), job.root)
+    name, found, ref = resolve_image(engine, image, list(named.targets), job.root)
     result = job.result(image, ref.image_id, ref=ref)
     out = job.out(key.publish_dir(job.root) if key else job.root / "build" / "publish" / name)
     tags = job.tags or public_tags(ref, image)
@@ -133,21 +132,21 @@ def publish_one(client: docker.DockerClient, job: Job, named: Named) -> None:
         result.lock = lock_gate(job, [(image, found)])[image]
         check_promises([dict(found.labels or {})], tags, index=False)
         sign = (
-            (lambda: signing.sign_publish(job.signing, client, result, passed, out, job.matrix_path, job.log))
+            (lambda: signing.sign_publish(job.signing, engine, result, passed, out, job.matrix_path, job.log))
             if job.signing.wanted
             else None
         )
-        publish_image(client, found, image, job.dest, result, tags, job.log, sign)
+        publish_image(engine, found, image, job.dest, result, tags, job.log, sign)
 
 
-def _platform_images(client: docker.DockerClient, job: Job, keys: Sequence[ImageKey]) -> list[PlatformImage]:
+def _platform_images(engine: ContainerEngine, job: Job, keys: Sequence[ImageKey]) -> list[PlatformImage]:
     """Each chosen platform's local image (its build record, else its local tag); a missing one says how to build it."""
     from imagebuild.engine.docker import resolve_image
 
     images = []
     for key in keys:
         try:
-            _, found, ref = resolve_image(client, key.name, [key.name], job.root)
+            _, found, ref = resolve_image(engine, key.name, [key.name], job.root)
         except ConfigError:
             raise ConfigError(
                 f"target {key.target} has no {key.oci} image (no build recorded for {key.name}, no local tag)",
@@ -176,9 +175,9 @@ def _gate_platforms(
     return passing
 
 
-def publish_index(client: docker.DockerClient, job: Job, keys: Sequence[ImageKey]) -> None:
+def publish_index(engine: ContainerEngine, job: Job, keys: Sequence[ImageKey]) -> None:
     """Gate every platform on its own smoke, push and verify each, then one verified index per tag (signed)."""
-    images = _platform_images(client, job, keys)
+    images = _platform_images(engine, job, keys)
     lock_gate(job, [(i.name, i.image) for i in images])
     first = images[0]
     target = keys[0].target
@@ -190,7 +189,7 @@ def publish_index(client: docker.DockerClient, job: Job, keys: Sequence[ImageKey
         result.smoke_report = ", ".join(str(p.path) for p in passing.values() if p)
         check_promises([dict(i.image.labels or {}) for i in images], tags, index=True)
         children_results = {i.platform: job.result(i.name, i.ref.image_id, ref=i.ref) for i in images}
-        children = push_children(client, images, job.dest, children_results, job.log)
+        children = push_children(engine, images, job.dest, children_results, job.log)
         from imagebuild.release.sign_journal import undone_unless_complete
 
         with undone_unless_complete(job.dest, job.log):  # interrupted: no child's `.sig`/`.att` half written
@@ -198,7 +197,7 @@ def publish_index(client: docker.DockerClient, job: Job, keys: Sequence[ImageKey
                 child, passed = children_results[item.platform], passing[item.platform]
                 child_out = out.parent / slug(key.oci) / out.name  # beside the index's report, a folder a platform
                 signing.sign_publish(
-                    job.signing, client, child, [passed] if passed else [], child_out, job.matrix_path, job.log
+                    job.signing, engine, child, [passed] if passed else [], child_out, job.matrix_path, job.log
                 )
                 child.smoke_report, child.ok = str(passed.path) if passed else None, True
                 child.write(child_out)

@@ -23,9 +23,7 @@ from imagebuild.release.publish import (
 )
 
 if TYPE_CHECKING:
-    import docker
-    from docker.models.images import Image
-
+    from imagebuild.engine.interface import ContainerEngine, LocalImage
     from imagebuild.plan.imageref import ImageRef
 
 
@@ -35,7 +33,7 @@ class PlatformImage:
 
     platform: str  # linux/arm64
     name: str  # its local name: the target for the first platform, <target>-<os>-<arch> for the others
-    image: Image
+    image: LocalImage
     ref: ImageRef
 
 
@@ -46,7 +44,7 @@ def local_name(target: str, platform: str, first: str) -> str:
 
 
 def push_children(
-    client: docker.DockerClient,
+    engine: ContainerEngine,
     images: list[PlatformImage],
     dest: RepoRef,
     results: dict[str, PublishResult],
@@ -60,7 +58,7 @@ def push_children(
     children = []
     for item in images:
         result = results[item.platform]
-        publish_image(client, item.image, item.name, dest, result, [], log, platform=item.platform)
+        publish_image(engine, item.image, item.name, dest, result, [], log, platform=item.platform)
         assert result.digest is not None  # publish_image sets it (the platform's manifest) or raises
         children.append(Child(item.platform, result.digest))
     return children

@@ -6,7 +6,6 @@ from one repository to public tags of another without rebuilding.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from imagebuild.engine.interface import EngineError
 from imagebuild.engine.registry import Registry, RegistryError, RepoRef
 from imagebuild.envvars import env_int
 from imagebuild.errors import ConfigError, PublishFailed
@@ -24,8 +24,7 @@ from imagecontract.atomic import write_atomic
 from imagecontract.models import ModelError, SmokeReport
 
 if TYPE_CHECKING:
-    import docker
-    from docker.models.images import Image
+    from imagebuild.engine.interface import ContainerEngine, LocalImage
 
 T = TypeVar("T")
 
@@ -35,18 +34,11 @@ def attempts() -> int:
 
 
 def _transient(exc: BaseException) -> bool:
-    from docker.errors import APIError
     from requests import RequestException
 
-    if isinstance(exc, RegistryError):
+    if isinstance(exc, RegistryError | EngineError):  # EngineError: no answer, a 5xx, a push stream's error
         return exc.transient
-    if isinstance(exc, APIError):
-        return exc.status_code is None or exc.status_code >= 500
-    return isinstance(exc, RequestException | PushError)
-
-
-class PushError(Exception):
-    """The engine reported an error in the push stream (connection refused, blob upload failed, ...)."""
+    return isinstance(exc, RequestException)
 
 
 def with_retries(what: str, action: Callable[[], T]) -> T:
@@ -62,14 +54,8 @@ def with_retries(what: str, action: Callable[[], T]) -> T:
     except RetryError as exc:
         last = exc.last_attempt.exception()
         raise PublishFailed(f"{what} failed after {attempts()} attempts: {_one_line(last)}") from last
-    except (RegistryError, PushError) as exc:
+    except (RegistryError, EngineError) as exc:
         raise PublishFailed(f"{what} failed: {_one_line(exc)}") from exc
-    except Exception as exc:
-        from docker.errors import DockerException
-
-        if isinstance(exc, DockerException):
-            raise PublishFailed(f"{what} failed: {_one_line(exc)}") from exc
-        raise
 
 
 def _one_line(exc: BaseException | None) -> str:
@@ -147,36 +133,6 @@ def public_tags(ref: ImageRef, given: str) -> list[str]:
     return [last.split(":", 1)[1]] if ":" in last and "@" not in given else ["latest"]
 
 
-# The containerd image store's push ends with this status line and sends no `aux` PushResult
-# (moby/moby@411e817ddf71 (v26.1.5):daemon/containerd/image_push.go:124); the graph-driver store sends both
-# (distribution/push_v2.go:256 there).
-_PUSHED = re.compile(r"(?P<tag>[\w][\w.-]{0,127}): digest: (?P<digest>sha256:[0-9a-f]{64}) size: [0-9]{1,12}")
-
-
-def pushed_digest(item: dict[str, Any], tag: str) -> str | None:
-    """The digest one push-stream message reports for tag: the aux PushResult (graph-driver store, Docker 20.10)
-    or the final status line (containerd image store, Docker 26.1); None for any other message."""
-    aux = item.get("aux")
-    if isinstance(aux, dict) and aux.get("Tag") == tag and isinstance(aux.get("Digest"), str):
-        return str(aux["Digest"])
-    status = item.get("status")
-    if isinstance(status, str) and len(status) <= 256 and (match := _PUSHED.fullmatch(status.strip())):
-        return match["digest"] if match["tag"] == tag else None
-    return None
-
-
-def push(client: docker.DockerClient, repo: RepoRef, tag: str) -> str:
-    """Push repo:tag through the engine; returns the digest the engine computed (the local one)."""
-    digest = ""
-    for item in client.images.push(str(repo), tag=tag, stream=True, decode=True):
-        if "error" in item:
-            raise PushError(item.get("errorDetail", {}).get("message") or item["error"])
-        digest = pushed_digest(item, tag) or digest
-    if not digest:
-        raise PushError(f"the engine reported no digest for {repo}:{tag}")
-    return digest
-
-
 def gate_ids(image_id: str, digest: str | None) -> list[str]:
     """The IDs a smoke report of a staged image may carry: an engine with the containerd image store names an
     image by its manifest (or index) digest, a graph-driver engine by its config digest (the image ID)."""
@@ -203,8 +159,8 @@ def record_media_types(result: PublishResult, registry: Registry, repo: RepoRef,
 
 
 def publish_image(
-    client: docker.DockerClient,
-    image: Image,
+    engine: ContainerEngine,
+    image: LocalImage,
     given: str,
     repo: RepoRef,
     result: PublishResult,
@@ -225,12 +181,12 @@ def publish_image(
     registry = Registry(repo)
     staging_tag = f"staging-{image.id.split(':')[-1][:12]}"
     result.staging_ref = f"{repo}:{staging_tag}"
-    image.tag(str(repo), tag=staging_tag)
+    engine.tag(image.id, str(repo), staging_tag)
     try:
         log(f"push {result.staging_ref}")
-        local_digest = with_retries(f"push to {repo}", lambda: push(client, repo, staging_tag))
+        local_digest = with_retries(f"push to {repo}", lambda: engine.push(str(repo), staging_tag))
     finally:
-        client.images.remove(result.staging_ref, noprune=True)
+        engine.untag(result.staging_ref)
     remote = with_retries(f"reading the digest back from {repo.host}", lambda: registry.digest(repo.repo, staging_tag))
     if remote != local_digest:
         raise PublishFailed(f"digest mismatch for {result.staging_ref}: local {local_digest}, registry {remote}")

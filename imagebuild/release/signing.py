@@ -8,9 +8,7 @@ as the in-toto statement cosign signed, read back from the registry (`attestatio
 
 from __future__ import annotations
 
-import io
 import json
-import tarfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +17,6 @@ import click
 
 from imagebuild.engine.cosign import CosignError, Signer, Verifier, envelope_payload, read_password, sign
 from imagebuild.engine.cosign import attest as cosign_attest
-from imagebuild.engine.docker import remove_container
 from imagebuild.engine.registry import Registry, RegistryError, RepoRef
 from imagebuild.errors import ConfigError, PublishFailed
 from imagebuild.release import attest
@@ -30,8 +27,7 @@ from imagecontract.atomic import write_atomic
 from imagecontract.models import Manifest
 
 if TYPE_CHECKING:
-    import docker
-
+    from imagebuild.engine.interface import ContainerEngine
     from imagebuild.release.gate import Passed
 
 MANIFEST_PATH = "/opt/imagebuild/manifest.json"
@@ -65,23 +61,6 @@ def verifier_from(key: Path | None, identity: str | None, issuer: str | None) ->
     if identity and issuer:
         return Verifier(identity_regexp=identity, oidc_issuer=issuer)
     raise ConfigError("give --key PUB, or --certificate-identity-regexp and --certificate-oidc-issuer (keyless)")
-
-
-def read_image_file(client: docker.DockerClient, image_id: str, path: str) -> bytes | None:
-    """A file of a local image, read from a created (never started) container; None when absent."""
-    from docker.errors import NotFound
-
-    container = client.containers.create(image_id, entrypoint=["/nonexistent"], network_disabled=True)
-    try:
-        stream, _ = container.get_archive(path)
-        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-            member = tar.next()
-            handle = tar.extractfile(member) if member else None
-            return handle.read() if handle else None
-    except NotFound:
-        return None
-    finally:
-        remove_container(container)  # with the anonymous volume its create made (the image's VOLUME /data)
 
 
 def _write(out_dir: Path, name: str, predicate_type: str, ref: str, digest: str, predicate: dict[str, Any]) -> Path:
@@ -157,7 +136,7 @@ def _attach(
 
 
 def sign_published(
-    client: docker.DockerClient,
+    engine: ContainerEngine,
     image_id: str,
     repo: RepoRef,
     digest: str,
@@ -168,9 +147,9 @@ def sign_published(
     log: Callable[[str], None],
 ) -> list[str]:
     """Sign repo@digest; attest the image's SBOM, its provenance and each passing smoke report."""
-    sbom = read_image_file(client, image_id, SBOM_PATH)
-    manifest_bytes = read_image_file(client, image_id, MANIFEST_PATH)
-    labels = client.images.get(image_id).labels or {}
+    sbom = engine.read_file(image_id, SBOM_PATH, STATEMENT_LIMIT)
+    manifest_bytes = engine.read_file(image_id, MANIFEST_PATH, STATEMENT_LIMIT)
+    labels = dict(engine.image(image_id).labels)
     name = str(repo)
     items = _sbom_and_provenance(sbom, manifest_bytes, labels, image_id, context, (name, digest, out_dir))
     for arch, report in _smoke(passed):

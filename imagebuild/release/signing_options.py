@@ -21,9 +21,8 @@ import click
 from imagecontract.atomic import write_atomic
 
 if TYPE_CHECKING:
-    import docker
-
     from imagebuild.engine.cosign import Signer
+    from imagebuild.engine.interface import ContainerEngine
     from imagebuild.release.gate import Passed
     from imagebuild.release.publish import PublishResult
 
@@ -127,7 +126,7 @@ def _record(out_path: Path, result: PublishResult, signer: Signer, attached: lis
 
 def sign_publish(
     signing: Signing,
-    client: docker.DockerClient,
+    engine: ContainerEngine,
     result: PublishResult,
     passed: Sequence[Passed],
     out_path: Path,
@@ -143,7 +142,7 @@ def sign_publish(
     context = {"matrix_path": matrix_path, "matrix_display": matrix_path.name}
     repo = RepoRef.parse(result.repository)
     attached = sign_published(
-        client,
+        engine,
         result.image_id,
         repo,
         result.digest,

@@ -73,27 +73,22 @@ def _drawn(ev: Evidence, source: Path, draw: Callable[[], Plot | None]) -> Plot 
 
 
 def engine_inspect(warnings: list[str]) -> Inspect | None:
-    """Size and labels of a built image from the engine (docker SDK); None, with a warning, when none answers."""
-    from imagebuild.engine.docker import docker_client
+    """Size and labels of a built image from the engine; None, with a warning, when none answers."""
+    from imagebuild.engine.interface import EngineError
+    from imagebuild.engine.sdk import docker_engine
     from imagebuild.errors import ImagebuildError
 
     try:
-        client = docker_client()
+        engine = docker_engine()
     except ImagebuildError as exc:
         warnings.append(f"sizes and TunableOp labels unknown: {exc}")
         return None
 
     def inspect(image_id: str) -> dict[str, object] | None:
-        import docker.errors
-
         try:
-            attrs = client.api.inspect_image(image_id)
-        except docker.errors.DockerException:
+            image = engine.image(image_id)
+        except EngineError:
             return None
-        size = attrs.get("Size")
-        return {
-            "size": size if isinstance(size, int) else None,
-            "labels": (attrs.get("Config") or {}).get("Labels") or {},
-        }
+        return {"size": image.size, "labels": dict(image.labels)}
 
     return inspect

@@ -1,7 +1,7 @@
 """The engine side of TunableOp: ask an image for its validators, tune inside it, bake a derived image.
 
 Results are only valid for the torch, ROCm libraries and GPU arch they were tuned with, so every step runs
-the image itself (through the docker SDK, honouring DOCKER_HOST) rather than trusting the host's torch.
+the image itself (through the container engine, honouring DOCKER_HOST) rather than trusting the host's torch.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from imagebuild.engine import docker as engine
+from imagebuild.engine.docker import detect_gpu
+from imagebuild.engine.interface import BuildError, EngineError, ImageNotFound, Mount, RunSpec
 from imagebuild.errors import BuildFailed, CheckFailed, ConfigError
 from imagebuild.tunableop import results as top
 from imagebuild.tunableop import shapes as tunableop_shapes
@@ -23,12 +24,13 @@ from imagecontract.models import Manifest, ModelError
 from imagecontract.text import printable
 
 if TYPE_CHECKING:
-    import docker
+    from imagebuild.engine.interface import ContainerEngine, LocalImage
 
 BAKED_DIR = "/opt/imagebuild/tunableop"
 MANIFEST_PATH = "/opt/imagebuild/manifest.json"
 SCRIPTS_DIR = Path(__file__).resolve().parents[2] / "image" / "tunableop"
 CONTRACT_DIR = Path(__file__).resolve().parents[2] / "imagecontract"  # tune_gemms.py imports it
+MANIFEST_LIMIT = 16 << 20  # the manifest is a few KB; its archive from the engine is bounded by this
 ROCM_KEYS = ("ROCM_VERSION", "HIP_VERSION", "HIPBLASLT_VERSION", "ROCBLAS_VERSION", "GCN_ARCH_NAME")
 
 # Runs inside the image: what torch is there and, with a GPU, the validators it registers.
@@ -47,65 +49,46 @@ print("IMAGEBUILD-JSON " + json.dumps(out))
 """
 
 
-def _require_image(c: docker.DockerClient, image: str) -> Any:
-    import docker
-
+def _require_image(engine: ContainerEngine, image: str) -> LocalImage:
     try:
-        return c.images.get(image)
-    except docker.errors.ImageNotFound:
+        return engine.image(image)
+    except ImageNotFound:
         raise ConfigError(f"image {image!r} not found in the engine", hint="build or pull it first") from None
 
 
-def _read_manifest(c: docker.DockerClient, image: str) -> Manifest | None:
+def _read_manifest(engine: ContainerEngine, image: str) -> Manifest | None:
     """/opt/imagebuild/manifest.json from the image, read from a created (never started) container, as the
     contract's model; one that does not fit it is an error naming the key."""
-    import io
-    import tarfile
-
-    import docker
-
-    container = c.containers.create(image, command=["true"], entrypoint=["true"])
     try:
-        stream, _ = container.get_archive(MANIFEST_PATH)
-        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-            member = tar.extractfile("manifest.json")
-            data = json.loads(member.read()) if member else None
-    except (docker.errors.NotFound, docker.errors.APIError, KeyError, json.JSONDecodeError):
+        raw = engine.read_file(image, MANIFEST_PATH, MANIFEST_LIMIT)
+        data = json.loads(raw) if raw is not None else None
+    except (EngineError, ValueError):  # json.JSONDecodeError is a ValueError, and so is a file over the limit
         return None
-    finally:
-        engine.remove_container(container)  # with its anonymous volumes
     try:
         return None if data is None else Manifest.from_dict(data)
     except ModelError as exc:
         raise ConfigError(f"{image}: {MANIFEST_PATH} does not fit the contract: {exc}") from None
 
 
-def _probe_torch(c: docker.DockerClient, image: str, gpu: str) -> dict[str, Any] | None:
+def _probe_torch(engine: ContainerEngine, image: str, gpu: str) -> dict[str, Any] | None:
     """Run VALIDATORS_PY in the image (with the GPU when there is one); None when the image has no python.
 
     When the engine cannot hand the GPU to a container, asks again without it and says so in the result.
     """
-    found = _run_probe(c, image, gpu)
+    found = _run_probe(engine, image, gpu)
     if found is None and gpu != "none":
-        found = _run_probe(c, image, "none")
+        found = _run_probe(engine, image, "none")
         if found is not None:  # python and torch are there, so it was the GPU the engine could not give
             found["error"] = f"the container could not be started with the {gpu} GPU; asked without it"
     return found
 
 
-def _run_probe(c: docker.DockerClient, image: str, gpu: str) -> dict[str, Any] | None:
-    import docker
-
+def _run_probe(engine: ContainerEngine, image: str, gpu: str) -> dict[str, Any] | None:
     try:
-        ran = engine.run_removed(
-            c,
-            image,
-            command=["-c", VALIDATORS_PY],
-            entrypoint=["python3"],
-            network_mode="host",
-            **engine.device_options(gpu),
+        ran = engine.run(
+            RunSpec(image, command=("-c", VALIDATORS_PY), entrypoint=("python3",), network="host", gpu=gpu)
         )
-    except docker.errors.APIError:
+    except EngineError:
         return None
     if ran.exit_code != 0:
         return None
@@ -149,11 +132,11 @@ def _from_versions(kind: str, torch_version: str | None, source: str, notes: lis
     )
 
 
-def image_validators(c: docker.DockerClient, image: str, gpu: str = "auto") -> top.Expected:
+def image_validators(engine: ContainerEngine, image: str, gpu: str = "auto") -> top.Expected:
     """The validators an image's torch requires: asked of torch (GPU), else derived, else the manifest."""
-    _require_image(c, image)
-    gpu = engine.detect_gpu() if gpu == "auto" else gpu
-    probe = _probe_torch(c, image, gpu)
+    _require_image(engine, image)
+    gpu = detect_gpu() if gpu == "auto" else gpu
+    probe = _probe_torch(engine, image, gpu)
     if probe and probe.get("validators"):
         return top.Expected(
             values=dict(probe["validators"]),
@@ -167,13 +150,13 @@ def image_validators(c: docker.DockerClient, image: str, gpu: str = "auto") -> t
         kind = "rocm" if probe.get("hip") else "cuda" if probe.get("cuda") else "cpu"
         torch = printable(probe["torch"], 100)  # what the image printed: text for a line, never a control
         return _from_versions(kind, torch, f"torch {torch} in {image} (no GPU)", notes)
-    manifest = _read_manifest(c, image)
+    manifest = _read_manifest(engine, image)
     if manifest:
         if manifest.gpu_arches:
             notes.append(f"image built for {', '.join(manifest.gpu_arches)}")
         source = f"the manifest of {image} (no torch could be run)"
         return _from_versions(manifest.platform.kind, manifest.torch.version, source, notes)
-    labels = _require_image(c, image).labels or {}
+    labels = _require_image(engine, image).labels or {}
     if "io.imagebuild.torch" in labels:
         kind = "rocm" if "rocm" in labels.get("io.imagebuild.platform", "") else "cuda"
         return _from_versions(kind, labels["io.imagebuild.torch"], f"the labels of {image}", notes)
@@ -213,7 +196,7 @@ class TuneOutcome:
     baked_image: str | None = None
 
 
-def bake(c: docker.DockerClient, image: str, results_path: Path, tag: str, expected: top.Expected, slug: str) -> str:
+def bake(engine: ContainerEngine, image: str, results_path: Path, tag: str, expected: top.Expected, slug: str) -> str:
     """Build `tag` FROM image with the results under /opt/imagebuild/tunableop/, after checking validators."""
     results = top.load(results_path)
     report = top.check_validators(results, expected)
@@ -223,7 +206,7 @@ def bake(c: docker.DockerClient, image: str, results_path: Path, tag: str, expec
             hint="tune inside this image, or pass --expect for what cannot be determined here",
         )
     name = f"tunableop_{slug}.csv"
-    old = (_require_image(c, image).labels or {}).get("io.imagebuild.tunableop.baked", "")
+    old = (_require_image(engine, image).labels or {}).get("io.imagebuild.tunableop.baked", "")
     baked = ",".join(sorted({*filter(None, old.split(",")), name}))
     with tempfile.TemporaryDirectory(prefix="imagebuild-bake-") as ctx:
         Path(ctx, name).write_text(top.render(results), encoding="utf-8")
@@ -233,17 +216,14 @@ def bake(c: docker.DockerClient, image: str, results_path: Path, tag: str, expec
             f"LABEL io.imagebuild.tunableop.baked={json.dumps(baked)}",
         ]
         Path(ctx, "Dockerfile").write_text("\n".join(dockerfile) + "\n", encoding="utf-8")
-        import docker
-
         try:
-            built, _ = c.images.build(path=ctx, tag=tag, rm=True, forcerm=True, network_mode="host", pull=False)
-        except (docker.errors.BuildError, docker.errors.APIError) as exc:
+            return engine.build_context(ctx, tag)
+        except BuildError as exc:
             raise BuildFailed(f"baking {name} into {image} failed: {exc}") from None
-    return str(built.id)
 
 
 def run_tuning(
-    c: docker.DockerClient,
+    engine: ContainerEngine,
     image: str,
     gemms: list[dict[str, object]],
     io_dir: Path,
@@ -254,12 +234,10 @@ def run_tuning(
     max_tuning_iterations: int = 100,
 ) -> tuple[dict[str, Any], top.ResultsFile]:
     """Run tune_gemms.py in the image (scripts mounted read-only, results under io_dir); its report and file."""
-    import docker
-
     if not (SCRIPTS_DIR / "tune_gemms.py").is_file():
         raise ConfigError(f"the in-image tuning script is missing: {SCRIPTS_DIR / 'tune_gemms.py'}")
     Path(io_dir, "shapes.json").write_text(tunableop_shapes.shapes_json(gemms), encoding="utf-8")
-    command = [
+    command = (
         "/opt/imagebuild-tune/tune_gemms.py",
         "--shapes=/io/shapes.json",
         "--out=/io/results/tunableop_results%d.csv",
@@ -267,24 +245,26 @@ def run_tuning(
         "--report=/io/report.json",
         f"--max-tuning-duration-ms={max_tuning_duration_ms}",
         f"--max-tuning-iterations={max_tuning_iterations}",
-    ]
+    )
+    mounts = (
+        Mount(str(io_dir), "/io"),
+        Mount(str(SCRIPTS_DIR), "/opt/imagebuild-tune", read_only=True),
+        # Beside, not inside, the read-only scripts mount: a mount point cannot be made in a read-only one.
+        Mount(str(CONTRACT_DIR), "/opt/imagebuild-contract/imagecontract", read_only=True),
+    )
     try:
-        ran = engine.run_removed(
-            c,
-            image,
-            command=command,
-            entrypoint=["python3"],
-            network_mode="host",
-            volumes={
-                str(io_dir): {"bind": "/io", "mode": "rw"},
-                str(SCRIPTS_DIR): {"bind": "/opt/imagebuild-tune", "mode": "ro"},
-                # Beside, not inside, the read-only scripts mount: a mount point cannot be made in a read-only one.
-                str(CONTRACT_DIR): {"bind": "/opt/imagebuild-contract/imagecontract", "mode": "ro"},
-            },
-            environment={"PYTHONPATH": "/opt/imagebuild-contract"},
-            **engine.device_options(gpu),
+        ran = engine.run(
+            RunSpec(
+                image,
+                command=command,
+                entrypoint=("python3",),
+                environment={"PYTHONPATH": "/opt/imagebuild-contract"},
+                mounts=mounts,
+                network="host",
+                gpu=gpu,
+            )
         )
-    except docker.errors.APIError as exc:
+    except EngineError as exc:
         raise ConfigError(f"cannot run {image} with a {gpu} GPU: {exc.explanation or exc}") from None
     if ran.exit_code != 0:
         tail = ran.stderr.decode("utf-8", "replace").strip().splitlines()[-1:]
@@ -294,7 +274,7 @@ def run_tuning(
 
 
 def tune(
-    c: docker.DockerClient,
+    engine: ContainerEngine,
     image: str,
     gemms: list[dict[str, object]],
     out_dir: Path,
@@ -306,14 +286,14 @@ def tune(
     max_tuning_iterations: int = 100,
 ) -> TuneOutcome:
     """Tune the GEMMs inside the image on this host's GPU; write the results for that image and arch."""
-    _require_image(c, image)
-    gpu = engine.detect_gpu() if gpu == "auto" else gpu
+    _require_image(engine, image)
+    gpu = detect_gpu() if gpu == "auto" else gpu
     if gpu == "none":
         raise ConfigError("tune needs a GPU host (no /dev/kfd or NVIDIA device here)", hint="run it on a GPU host")
     # The container writes as root; on a host run by a user the leftovers may not be removable.
     with tempfile.TemporaryDirectory(prefix="imagebuild-tune-", ignore_cleanup_errors=True) as io_dir:
         report, results = run_tuning(
-            c,
+            engine,
             image,
             gemms,
             Path(io_dir),
@@ -333,6 +313,6 @@ def tune(
     write_atomic(report_path, json.dumps({"image": image, **report}, indent=1) + "\n")
     outcome = TuneOutcome(results_path=results_path, report_path=report_path, report=report)
     if bake_tag:
-        bake(c, image, results_path, bake_tag, live, slug)
+        bake(engine, image, results_path, bake_tag, live, slug)
         outcome.baked_image = bake_tag
     return outcome

@@ -20,13 +20,14 @@ import requests
 import skopeo
 from e2e_helpers import imagebuild, unique
 
-from imagebuild.engine.docker import Engine, docker_client, find_engine
+from imagebuild.engine.docker import Engine, find_engine
 from imagebuild.engine.registry import Registry, RepoRef
+from imagebuild.engine.sdk import docker_engine
 from imagebuild.errors import ConfigError
 from imagebuild.plan.imageref import ImageRef
 from imagebuild.release.index import PlatformImage, push_children, write_indexes
 from imagebuild.release.ociindex import DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST, media_types, read_index, verify_index
-from imagebuild.release.publish import PublishResult, push
+from imagebuild.release.publish import PublishResult
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
 
@@ -63,7 +64,7 @@ def test_one_build_one_push_is_an_oci_index_of_oci_manifests(engine: str, regist
     current = _current_engine()
     repo = RepoRef.parse(f"{registry}/{unique('e2e-oci')}")
     _build(current, tmp_path / "ctx", f"{repo}:one", "--provenance=false")
-    digest = push(docker_client(), repo, "one")  # the engine's stream: a status line, no aux (containerd store)
+    digest = docker_engine().push(str(repo), "one")  # the engine's stream: a status line, no aux (containerd store)
 
     raw = skopeo.raw(f"{repo}:one")
     assert skopeo.sha256(raw) == digest
@@ -92,8 +93,8 @@ def test_buildkit_attestations_are_not_platforms(engine: str, registry: str, tmp
     repo = RepoRef.parse(f"{registry}/{unique('e2e-attest')}")
     local = f"{repo}:with-attestations"
     _build(current, tmp_path / "ctx", local, "--provenance=mode=min")
-    client = docker_client()
-    image = client.images.get(local)  # one local image (an index) for both platforms
+    client = docker_engine()
+    image = client.image(local)  # one local image (an index) for both platforms
     images = [PlatformImage(p, local, image, ImageRef(str(image.id), "e2e")) for p in MACHINES]
     results = {p: PublishResult(image=local, image_id=str(image.id), repository=str(repo)) for p in MACHINES}
     children = push_children(client, images, repo, results, lambda _: None)
@@ -134,7 +135,7 @@ def test_docker20_pushes_docker_schema2(engine: str, registry: str, tmp_path: Pa
     argv = [*found.build_prefix(), "-q", "--network", "host", "-t", f"{repo}:one", str(ctx)]
     proc = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **found.env}, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    digest = push(docker_client(), repo, "one")
+    digest = docker_engine().push(str(repo), "one")
     raw = skopeo.raw(f"{repo}:one")
     assert skopeo.sha256(raw) == digest and json.loads(raw)["mediaType"] == DOCKER_MANIFEST
     assert media_types(Registry(repo), repo.repo, digest).media_type == DOCKER_MANIFEST

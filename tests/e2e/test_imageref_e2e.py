@@ -11,6 +11,7 @@ import pytest
 
 from imagebuild.build.buildkit import TargetResult, image_ref
 from imagebuild.engine import docker as engine_mod
+from imagebuild.engine.sdk import DockerEngine
 from imagebuild.plan import imageref
 from imagebuild.plan.imageref import ImageRef, from_report, read_record, write_record
 from imagebuild.release.publish import PublishResult
@@ -42,11 +43,11 @@ def test_a_target_means_the_recorded_image_not_where_its_tag_points_now(
     monkeypatch.setattr(imageref, "LOCAL_REPO", "imagebuild-reftest")
     second.tag("imagebuild-reftest", "t")  # the tag moved to another image after the build
     write_record(tmp_path, ImageRef(first.id, "t", ("imagebuild-reftest:t",)))
-    name, found, ref = engine_mod.resolve_image(client, "t", ["t"], tmp_path)
+    name, found, ref = engine_mod.resolve_image(DockerEngine(client), "t", ["t"], tmp_path)
     assert (name, found.id, ref.image_id, ref.recorded_by) == ("t", first.id, first.id, "build")
     # Without a record, the tag decides, and the reference says so.
     imageref.record_path(tmp_path, "t").unlink()
-    _, found, ref = engine_mod.resolve_image(client, "t", ["t"], tmp_path)
+    _, found, ref = engine_mod.resolve_image(DockerEngine(client), "t", ["t"], tmp_path)
     assert (found.id, ref.recorded_by) == (second.id, "engine")
 
 

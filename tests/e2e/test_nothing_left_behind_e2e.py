@@ -2,7 +2,7 @@
 
 Two images carry `VOLUME /data` (as every image built here does): one without python3 (each probe fails to
 start) and the local-cpu image when present (a probe that runs and passes). Each path is driven through the real
-code: `imagebuild smoke` (start fails), the TunableOp probe and a run through `engine.run_removed` (start fails;
+code: `imagebuild smoke` (start fails), the TunableOp probe and a run through `DockerEngine.run` (start fails;
 runs and exits 0; exits 1), `imagebuild coverage` (a `docker run --rm` that fails, then a created, never
 started container exported) and the SBOM collector (the same two for an image without python3). Accounting is
 by the engine's own event stream over the test's time window, so other helpers' containers on this shared
@@ -112,10 +112,12 @@ def _per_step(seen: Seen, marks: list[tuple[str, float]]) -> dict[str, int]:
 def _drive_every_path(image: str, tmp_path: Path, marks: list[tuple[str, float]]) -> set[str]:
     """Each path once against `image` (and the local-cpu image when present); the images used."""
     from imagebuild.engine import docker as engine
+    from imagebuild.engine.interface import RunSpec
+    from imagebuild.engine.sdk import docker_engine
     from imagebuild.release import sbom_image
     from imagebuild.tunableop import tune
 
-    client = engine.docker_client()
+    client = docker_engine()
     # 1. imagebuild smoke IMAGE: the smoke container cannot start (no python3)
     report = str(tmp_path / "smoke" / "report.json")
     argv = [*CLI, "smoke", image, "--gpu", "none", "--report", report]
@@ -134,9 +136,9 @@ def _drive_every_path(image: str, tmp_path: Path, marks: list[tuple[str, float]]
     marks.append(("sbom", time.time()))
     if _docker("image", "inspect", LOCAL_CPU).returncode != 0:
         return {image}
-    # 5. run_removed: runs and exits 0, exits 1 (the local-cpu image, when built here)
-    ok = engine.run_removed(client, LOCAL_CPU, entrypoint=["python3"], command=["-c", "print('ran')"])
-    bad = engine.run_removed(client, LOCAL_CPU, entrypoint=["python3"], command=["-c", "raise SystemExit(1)"])
+    # 5. DockerEngine.run: runs and exits 0, exits 1 (the local-cpu image, when built here)
+    ok = client.run(RunSpec(LOCAL_CPU, entrypoint=("python3",), command=("-c", "print('ran')")))
+    bad = client.run(RunSpec(LOCAL_CPU, entrypoint=("python3",), command=("-c", "raise SystemExit(1)")))
     assert (ok.exit_code, ok.stdout.strip(), bad.exit_code) == (0, b"ran", 1)
     marks.append(("run_removed", time.time()))
     return {image, LOCAL_CPU}
@@ -161,12 +163,12 @@ def test_every_path_removes_its_container_and_anonymous_volume(no_python: str, t
 
 
 def test_a_created_never_started_container_leaves_no_volume(no_python: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """signing.read_image_file reads a file from a created container: its create makes the /data volume (no
-    mount event: accounted through the container's own Mounts, recorded as it is created)."""
+    """ContainerEngine.read_file (signing's SBOM and manifest) reads a file from a created container: its create
+    makes the /data volume (no mount event: accounted through the container's own Mounts, recorded as it is
+    created)."""
     from docker.models.containers import ContainerCollection
 
-    from imagebuild.engine import docker as engine
-    from imagebuild.release import signing
+    from imagebuild.engine.sdk import docker_engine
 
     seen: list[str] = []
     create = ContainerCollection.create
@@ -178,6 +180,6 @@ def test_a_created_never_started_container_leaves_no_volume(no_python: str, monk
         return container
 
     monkeypatch.setattr(ContainerCollection, "create", recording)
-    assert signing.read_image_file(engine.docker_client(), no_python, "/etc/debian_version")
+    assert docker_engine().read_file(no_python, "/etc/debian_version")
     assert seen, "the test image declares VOLUME /data: its create made a volume"
     assert [v for v in seen if _docker("volume", "inspect", v).returncode == 0] == []
