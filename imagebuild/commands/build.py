@@ -156,11 +156,11 @@ def command(  # noqa: PLR0913
         )
         specs = plan(matrix, targets, options)
         engine = probe.result()
-    specs, reused = builder_use.prepare_legs(engine, matrix.model.settings, (builder, staging), specs, dry_run, _say)
     for spec in specs:  # the digest each substitute has now: in the report, the label and so the provenance
         if spec.base_substitution:
             spec.base_substitution = base_substitute.resolve_used(spec.base_substitution)
             spec.labels.update(base_substitute.label(spec.base_substitution))
+    specs, reused = builder_use.prepare_legs(engine, matrix.model.settings, (builder, staging), specs, dry_run, _say)
     for spec in specs:
         build_argv(spec, engine)  # --builder / --cache-to usage errors, still before any secret is written
     secret_set: Secrets = collect_secrets(os.environ, secrets)

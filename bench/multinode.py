@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""local-cpu on one BuildKit node and on two (issue 33), side by side in one run, then what a registry cache and the
+input key save. Run as root from the checkout, with the venv's python:
+
+    .venv/bin/python bench/multinode.py --out bench/results/multinode.json
+
+Every node is a fresh `buildkitd` v0.32.2 from ../shared/tools/buildkit/ (tests/e2e/buildkit_nodes.py: own --root
+under /var/tmp, own unix socket, host network), reached through one buildx builder of the remote driver made by
+imagebuild from `settings.builders`; legs are pushed by digest to a staging repository of the loopback registry
+and pulled into the Docker 26.1 engine of scripts/setup.sh (its own image store). Phases:
+
+1. one node, pinning linux/amd64 and linux/arm64, builds both legs (`build -j 2`), cold;
+2. two nodes, one per platform, build both legs, cold (fresh roots);
+3. node 1 exports its amd64 leg's cache to the registry (`--cache-to type=registry,mode=max`, all steps local);
+4. node 2, its local cache pruned, builds the amd64 leg it never built, `--cache-from` that cache: the cache hit rate
+   (BuildKit's own count of cached steps, from its build record, beside imagebuild's count of Dockerfile steps);
+5. both legs staged the CI way (`publish --allow-unsmoked`), smoked for real, the smoke recorded under each leg's
+   input key; then `build` again with nothing changed: the seconds until every leg is decided (reused).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests" / "e2e"))
+
+from buildkit_nodes import TOOLS, add_builder, buildctl, copy_checkout, start_node, stop_node  # noqa: E402
+
+REGISTRY = "127.0.0.1:5000"
+ENGINE = "unix:///var/run/imagebuild-docker26.sock"
+PLATFORMS = ("linux/amd64", "linux/arm64")
+
+
+def run(workspace: Path, env: dict[str, str], *args: str) -> tuple[int, float, str]:
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "imagebuild.cli", "--matrix", str(workspace / "matrix.yaml"), *args],
+        cwd=workspace,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=7200,
+        check=False,
+    )
+    return proc.returncode, round(time.monotonic() - started, 1), proc.stdout + proc.stderr
+
+
+def must(result: tuple[int, float, str], what: str) -> float:
+    code, seconds, output = result
+    if code != 0:
+        sys.exit(f"error: {what} exited {code}:\n{output[-4000:]}")
+    return seconds
+
+
+def legs(report: Path) -> list[dict[str, Any]]:
+    keep = ("target", "ok", "duration_s", "cached_steps", "total_steps", "node", "pushed", "input_key", "reused")
+    return [{k: t.get(k) for k in keep} for t in json.loads(report.read_text())["targets"]]
+
+
+def set_builder(matrix: Path, original: str, name: str, staging: str, nodes: dict[str, Any]) -> None:
+    matrix.write_text(original)
+    add_builder(matrix, name, staging, nodes)
+
+
+def main() -> None:  # noqa: PLR0915 - one phase after the other, each timed where it runs
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    out = parser.parse_args().out
+    tag = uuid.uuid4().hex[:8]
+    workspace = copy_checkout(Path(f"/var/tmp/h8-bench-{tag}-checkout"))
+    matrix = workspace / "matrix.yaml"
+    original = matrix.read_text()
+    env = {"DOCKER_HOST": ENGINE}
+    base = f"{REGISTRY}/h8-{tag}-base/debian:bookworm-amd64"
+    sub = ("--base-substitute", f"local/debian:bookworm={base}")
+    staging, cache = f"{REGISTRY}/h8-{tag}-staging", f"{REGISTRY}/h8-{tag}-cache:local-cpu-linux-amd64"
+    docker = ["docker", "--host", ENGINE]
+    subprocess.run([*docker, "tag", "local/debian:bookworm", base], check=True)
+    subprocess.run([*docker, "push", "-q", base], check=True, capture_output=True)
+    result: dict[str, Any] = {
+        "command": "bench/multinode.py --out " + str(out),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{os.cpu_count()} cores shared with other work, load {os.getloadavg()[0]:.1f} at start",
+        "buildkit": buildctl_version(),
+        "engine": "Docker 26.1 (scripts/setup.sh), legs pulled by digest from " + staging,
+    }
+    nodes: dict[str, Any] = {}
+    try:
+        # 1: one node builds both platforms
+        nodes["solo"] = start_node("solo", f"bench-{tag}")
+        set_builder(matrix, original, f"h8b-{tag}-one", staging, {"solo": (nodes["solo"], list(PLATFORMS))})
+        report = workspace / "build" / "one-node.json"
+        seconds = must(run(workspace, env, "build", "local-cpu", "-j", "2", *sub, "--report", str(report)), "one")
+        result["one_node"] = {"wall_s": seconds, "legs": legs(report)}
+        stop_node(nodes.pop("solo"))
+        # 2: two nodes, one platform each
+        nodes["n1"], nodes["n2"] = start_node("n1", f"bench-{tag}"), start_node("n2", f"bench-{tag}")
+        pair = {"n1": (nodes["n1"], ["linux/amd64"]), "n2": (nodes["n2"], ["linux/arm64"])}
+        set_builder(matrix, original, f"h8b-{tag}-two", staging, pair)
+        report = workspace / "build" / "two-nodes.json"
+        seconds = must(run(workspace, env, "build", "local-cpu", "-j", "2", *sub, "--report", str(report)), "two")
+        result["two_nodes"] = {"wall_s": seconds, "legs": legs(report)}
+        keys = {leg["target"]: leg["input_key"] for leg in result["two_nodes"]["legs"]}
+        # 3: node 1 exports the amd64 leg's cache
+        to = f"type=registry,ref={cache},mode=max,oci-mediatypes=true"
+        args = ("build", "local-cpu", "--platform", "linux/amd64", *sub, "--cache-to", to)
+        report = workspace / "build" / "cache-export.json"
+        result["cache_export"] = {"wall_s": must(run(workspace, env, *args, "--report", str(report)), "export")}
+        # 4: node 2, its own cache pruned, builds the amd64 leg from the registry cache
+        buildctl(nodes["n2"], "prune", "--all")
+        set_builder(matrix, original, f"h8b-{tag}-swap", staging, {"n2": (nodes["n2"], ["linux/amd64"])})
+        report = workspace / "build" / "other-node.json"
+        args = ("build", "local-cpu", "--platform", "linux/amd64", *sub, "--cache-from", f"type=registry,ref={cache}")
+        seconds = must(run(workspace, env, *args, "--report", str(report)), "other node")
+        leg = legs(report)[0]
+        record = next(h for h in nodes["n2"].histories() if h["digest"] and h["digest"] in (leg["pushed"] or ""))
+        result["other_node"] = {
+            "wall_s": seconds,
+            "leg": leg,
+            "dockerfile_steps_cached": f"{leg['cached_steps']}/{leg['total_steps']}",
+            "buildkit_record": record,
+            "input_key_same_as_node_1": leg["input_key"] == keys["local-cpu"],
+        }
+        # 5: stage, smoke, record; then build again with nothing changed
+        set_builder(matrix, original, f"h8b-{tag}-two", staging, pair)
+        from imagebuild.build.input_key import record_smoked
+        from imagebuild.engine.registry import Registry, RepoRef
+
+        repo = RepoRef.parse(staging)
+        smoke_s = {}
+        for oci, target in zip(PLATFORMS, ("local-cpu", "local-cpu-linux-arm64"), strict=True):
+            staged, smoked = workspace / "build" / f"staged-{target}.json", workspace / "build" / f"smoke-{target}.json"
+            must(run(workspace, env, "publish", "local-cpu", "--platform", oci, "--registry", staging,
+                     "--allow-unsmoked", "--out", str(staged)), f"staging {oci}")  # fmt: skip
+            smoke_s[oci] = must(run(workspace, env, "smoke", "local-cpu", "--platform", oci, "--gpu", "none",
+                                    "--report", str(smoked)), f"smoke {oci}")  # fmt: skip
+            report_doc = json.loads(smoked.read_text())
+            record_smoked(Registry(repo), repo.repo, keys[target], json.loads(staged.read_text())["digest"], report_doc)
+        report = workspace / "build" / "again.json"
+        seconds = must(run(workspace, env, "build", "local-cpu", *sub, "--report", str(report)), "again")
+        again = legs(report)
+        result["nothing_changed"] = {
+            "wall_s": seconds,
+            "decide_s": round(sum(leg["duration_s"] for leg in again), 2),
+            "every_leg_reused": all(leg["reused"] for leg in again),
+            "legs": again,
+            "smoke_s": smoke_s,
+            "goal": "under 5 s for the whole matrix (the command's wall time includes loading the matrix and "
+            "probing the engine and the builder)",
+        }
+    finally:
+        for node in nodes.values():
+            stop_node(node)
+        for name in ("one", "two", "swap"):
+            subprocess.run(["docker", "buildx", "rm", "--keep-state", f"h8b-{tag}-{name}"], capture_output=True)
+        subprocess.run([*docker, "rmi", base], capture_output=True)
+        subprocess.run(["rm", "-rf", str(workspace)], check=False)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: v.get("wall_s") for k, v in result.items() if isinstance(v, dict)}))
+
+
+def buildctl_version() -> str:
+    proc = subprocess.run([str(TOOLS / "buildkitd"), "--version"], capture_output=True, text=True, check=False)
+    return f"{proc.stdout.strip()} on {platform.machine()}"
+
+
+if __name__ == "__main__":
+    main()
