@@ -20,6 +20,7 @@ from imagecontract.models.smoke_report import ManifestSeen
 from smoke import baseline as baseline_mod
 from smoke import manifest as manifest_mod
 from smoke import report as report_mod
+from smoke import torch_names
 from smoke.result import FAILED, CheckResult
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -37,7 +38,7 @@ class _Parser(argparse.ArgumentParser):
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = _Parser(prog="python -m smoke", description="In-image smoke suite for imagebuild images.")
-    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    p.add_argument("--device", choices=torch_names.DEVICES, default="auto")
     p.add_argument("--report", metavar="PATH", help="write the JSON report here")
     p.add_argument("--junit", metavar="PATH", help="write JUnit XML here")
     p.add_argument("--baseline", metavar="FILE", help="a previous report: throughput drops fail")
@@ -109,7 +110,7 @@ def run_suite(args: argparse.Namespace, manifest: manifest_mod.Manifest, base: S
         else:
             res = _run_one(name, CHECKS[name], ctx)
         res.duration_s = time.perf_counter() - start
-        if name == "environment" and args.device == "cuda" and not ctx.on_gpu:
+        if name == "environment" and args.device == torch_names.GPU and not ctx.on_gpu:
             gpu_down = True
         results.append(res)
     extra: dict[str, Any] = {

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from smoke import torch_names
 from smoke.device import DeviceInfo
 from smoke.manifest import Manifest
 
@@ -24,7 +25,7 @@ class Context:
 
     @property
     def on_gpu(self) -> bool:
-        return self.info.device == "cuda"
+        return self.info.device == torch_names.GPU
 
     def gpu_expected(self) -> bool:
         """The image claims GPU arches, so running it without a GPU proves nothing about it."""

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from imagecontract import kinds
 from imagecontract.gpu import gpu_arch as contract_gpu_arch
+from smoke import torch_names
 
 KFD_NODES = "/sys/class/kfd/kfd/topology/nodes/*/properties"
 
@@ -68,11 +70,14 @@ def gfx_from_override(value: str) -> str | None:
     return f"gfx{int(parts[0])}{int(parts[1]):x}{int(parts[2]):x}"
 
 
+# torch.version's attribute per GPU platform kind (torch.version.cuda, torch.version.hip), in a fixed order
+TOOLKIT_VERSIONS = tuple(sorted(str(kind.TORCH_VERSION) for kind in kinds.GPU_KINDS))
+
+
 def runtime_versions() -> dict[str, str | None]:
     return {
         "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "hip": getattr(torch.version, "hip", None),
+        **{name: getattr(torch.version, name, None) for name in TOOLKIT_VERSIONS},
         "python": platform.python_version(),
     }
 
@@ -86,7 +91,7 @@ class DeviceInfo:
     gpu_visible: bool
     arch: str
     name: str | None = None
-    vendor: str = "cpu"
+    vendor: str = torch_names.CPU
     native_arch: str | None = None
     torch_arches: list[str] = field(default_factory=list)
     versions: dict[str, str | None] = field(default_factory=dict)
@@ -95,23 +100,23 @@ class DeviceInfo:
 
     @property
     def torch_device(self) -> torch.device:
-        return torch.device("cuda:0" if self.device == "cuda" else "cpu")
+        return torch.device(f"{torch_names.GPU}:0" if self.device == torch_names.GPU else torch_names.CPU)
 
 
 def probe(requested: str) -> DeviceInfo:
     """Pick the device: ``auto`` takes the GPU when one is visible; ``cuda`` insists on one."""
     visible = cuda_available()
-    use_gpu = visible and requested in ("auto", "cuda")
+    use_gpu = visible and requested in ("auto", torch_names.GPU)
     info = DeviceInfo(
         requested=requested,
-        device="cuda" if use_gpu else "cpu",
+        device=torch_names.GPU if use_gpu else torch_names.CPU,
         gpu_visible=visible,
-        arch="cpu",
+        arch=torch_names.CPU,
         versions=runtime_versions(),
         hsa_override=os.environ.get("HSA_OVERRIDE_GFX_VERSION"),
     )
     if use_gpu:
-        info.vendor = "amd" if info.versions.get("hip") else "nvidia"
+        info.vendor = kinds.from_torch_versions(info.versions).VENDOR or torch_names.CPU
         try:
             info.arch = gpu_arch()
             info.name = gpu_name()

@@ -15,6 +15,7 @@ from imagecontract.blob import read_bounded
 from imagecontract.models import KernelsReport, ModelError
 from imagecontract.models.manifest import ComponentEntry, Runtime, Versions, covering
 from imagecontract.models.manifest import Manifest as ImageManifest
+from smoke import torch_names
 
 DEFAULT_MANIFEST = "/opt/imagebuild/manifest.json"
 DEFAULT_KERNELS_JSON = "/opt/imagebuild/kernels.json"
@@ -23,7 +24,7 @@ DEFAULT_KERNELS_JSON = "/opt/imagebuild/kernels.json"
 DEFAULT_BACKENDS = {
     "nvidia": ["flash", "efficient", "cudnn", "math"],
     "amd": ["flash", "efficient", "math"],
-    "cpu": ["math"],
+    torch_names.CPU: ["math"],
 }
 
 

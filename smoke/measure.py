@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from smoke import torch_names
+
 DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16,
     "bfloat16": torch.bfloat16,
@@ -27,7 +29,7 @@ def poison(device: torch.device, numel: int, dtype: torch.dtype) -> None:
 
 
 def sync(device: torch.device) -> None:
-    if device.type == "cuda":
+    if device.type == torch_names.GPU:
         torch.cuda.synchronize(device)
 
 
@@ -45,7 +47,7 @@ def time_fn(fn: Callable[[], Any], device: torch.device, iters: int = 20, warmup
 
 
 def _sample(fn: Callable[[], Any], device: torch.device, inner: int) -> float:
-    if device.type == "cuda":
+    if device.type == torch_names.GPU:
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()

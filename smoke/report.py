@@ -10,9 +10,13 @@ import platform
 import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING, Any
 
+from imagecontract import kinds
 from imagecontract.models.smoke_report import REPORT_SCHEMA_VERSION, ManifestSeen, SmokeReport
 from smoke import __version__
 from smoke.result import FAILED, PASSED, SKIPPED, CheckResult
+
+# torch.version's attribute per GPU platform kind (cuda, hip), in the order the report has always listed them
+TOOLKIT_VERSIONS = tuple(sorted(str(kind.TORCH_VERSION) for kind in kinds.GPU_KINDS))
 
 if TYPE_CHECKING:
     from smoke.context import Context
@@ -39,7 +43,7 @@ def build(ctx: Context, results: list[CheckResult], extra: dict[str, Any]) -> Sm
         device=ctx.info.device,
         arch=ctx.info.arch,
         gpu_name=ctx.info.name,
-        versions={k: ctx.info.versions.get(k) for k in ("torch", "cuda", "hip", "python")},
+        versions={k: ctx.info.versions.get(k) for k in ("torch", *TOOLKIT_VERSIONS, "python")},
         manifest=seen,
         kernels=man.kernels,
         smoke_version=__version__,
@@ -53,7 +57,7 @@ def without_torch(manifest: ManifestSeen, results: list[CheckResult], extra: dic
         schema_version=REPORT_SCHEMA_VERSION,
         passed=False,
         checks=[r.to_check() for r in results],
-        versions={"torch": None, "cuda": None, "hip": None, "python": platform.python_version()},
+        versions={"torch": None, **dict.fromkeys(TOOLKIT_VERSIONS), "python": platform.python_version()},
         manifest=manifest,
         smoke_version=__version__,
         **extra,

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 
+RUNTIME_KIND = "tgi"  # the runtime kind (matrix runtimes.<r>.kind) whose attention promises this module probes
 REGISTRY = "text_generation_server.models"
 PAGED = "text_generation_server.utils.paged_attention"
 # The TGI modules the FLASH_ATTENTION flag depends on, most specific first: the first that fails names the cause.

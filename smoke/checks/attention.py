@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from smoke import torch_names
 from smoke.context import Context
 from smoke.measure import time_fn
 from smoke.result import CheckResult
@@ -78,7 +79,7 @@ def run(ctx: Context) -> CheckResult:
     dtypes = dtypes_for(ctx.on_gpu)
     seed = secrets.randbelow(2**31)
     res.numbers["seed"] = seed
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    gen = torch.Generator(device=torch_names.CPU).manual_seed(seed)
     unavailable: set[str] = set()
     for backend in backends:
         if backend not in BACKEND_ENUM:

@@ -9,6 +9,7 @@ from imagecontract import kinds
 from imagecontract.driver import driver_version as read_driver_version
 from imagecontract.driver import min_driver
 from imagecontract.targets import covers
+from smoke import torch_names
 from smoke.context import Context
 from smoke.device import gfx_from_override
 from smoke.result import CheckResult
@@ -74,7 +75,7 @@ def run(ctx: Context) -> CheckResult:
 def _check_gpu(ctx: Context, res: CheckResult) -> None:
     info, man = ctx.info, ctx.manifest
     if not ctx.on_gpu:
-        if info.requested == "cuda":
+        if info.requested == torch_names.GPU:
             res.fail("--device cuda asked for a GPU but torch sees none (torch.cuda.is_available() is False)")
         elif info.requested == "auto" and ctx.gpu_expected():
             res.fail(f"no GPU visible, but the image was built for {', '.join(man.image_arches())}")
@@ -142,7 +143,9 @@ def _check_versions(ctx: Context, res: CheckResult) -> None:
     if want is None:
         return
     have = info.versions
-    pairs = [("torch", "torch"), ("rocm", "hip"), ("cuda", "cuda"), ("python", "python")]
+    # the manifest names a GPU toolkit after its platform kind, torch.version after the toolkit (rocm: hip)
+    toolkits = [(kind.NAME, str(kind.TORCH_VERSION)) for kind in kinds.GPU_KINDS]
+    pairs = [("torch", "torch"), *toolkits, ("python", "python")]
     for key, have_key in pairs:
         expected = getattr(want, key)
         if expected is None:

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from smoke import torch_names
 from smoke.context import Context
 from smoke.measure import DTYPES, time_fn
 from smoke.ops import op_for_check
@@ -22,7 +23,7 @@ from smoke.tolerance import check_close, describe
 DECODE_M = list(range(1, 9))
 CPU_NK = [(257, 512)]
 GPU_NK = [(257, 512), (1027, 4096)]
-PREFILL_M = {"cpu": 64, "cuda": 300}
+PREFILL_M = {torch_names.CPU: 64, torch_names.GPU: 300}
 GPU_PERF_NK = [(8192, 8192), (8192, 28672)]
 GPU_PERF_M = [1, 4, 8]
 # The decode kernel's contract (kernels/): half types only, as serving runs them.
@@ -40,7 +41,7 @@ def run(ctx: Context) -> CheckResult:
     op = op_for_check(ctx, res, "skinny_linear")
     seed = secrets.randbelow(2**31)
     res.numbers["seed"] = seed
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    gen = torch.Generator(device=torch_names.CPU).manual_seed(seed)
     impls: list[tuple[str, Callable[..., Any]]] = [("F.linear", lambda x, w, b: F.linear(x, w, b))]
     if op is not None:
         impls.append(("skinny_linear", op))

@@ -25,6 +25,7 @@ from smoke import hostile
 from smoke.context import Context
 from smoke.result import CheckResult
 from smoke.serve import ServeError, Server, fill, free_port, generate
+from smoke.tgi_attention import RUNTIME_KIND as TGI
 from smoke.tiny_model import PROMPT
 
 MODEL_TIMEOUT_S = 300
@@ -44,7 +45,7 @@ def run(ctx: Context) -> CheckResult:
         why = "no manifest" if not ctx.manifest.present else "the image has no serving runtime"
         return res.skip(why)
     res.numbers.update(runtime=runtime.name, kind=runtime.kind, api=runtime.api)
-    if runtime.kind == "tgi":
+    if runtime.kind == TGI:  # the TGI kind's image-side module (smoke/tgi_attention.py) probes its promises
         for failure in _tgi_attention(runtime.attention, ctx.info.arch):
             res.fail(failure)
     # A GPU image's runtime (TGI, vLLM) serves on its GPU: without a usable one there is nothing to start (vllm

@@ -10,6 +10,7 @@ import secrets
 import torch
 import torch.nn.functional as F
 
+from smoke import torch_names
 from smoke.context import Context
 from smoke.measure import DTYPES, poison, time_fn
 from smoke.ops import op_for_check
@@ -34,7 +35,7 @@ def ref_silu_and_mul(x: torch.Tensor) -> torch.Tensor:
 
 
 def make_input(tokens: int, width: int, dtype: torch.dtype, device: torch.device, seed: int) -> torch.Tensor:
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    gen = torch.Generator(device=torch_names.CPU).manual_seed(seed)
     x = torch.randn(tokens, width, generator=gen, dtype=torch.float32) * 4
     flat = x.view(-1)
     n = min(len(SPECIAL), flat.numel())

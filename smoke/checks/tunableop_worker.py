@@ -13,16 +13,18 @@ from typing import Any
 
 import torch
 
+from smoke import torch_names
+
 # (M, N, K) of F.linear(x[M, K], W[N, K]): decode-like GEMMs, fp16.
 SHAPES = [(1, 4096, 4096), (4, 4096, 4096), (8, 1024, 4096)]
 
 
 def _gemms() -> list[torch.Tensor]:
-    gen = torch.Generator(device="cpu").manual_seed(1234)
+    gen = torch.Generator(device=torch_names.CPU).manual_seed(1234)
     outs = []
     for m, n, k in SHAPES:
-        x = torch.randn(m, k, generator=gen).to("cuda", torch.float16)
-        w = (torch.randn(n, k, generator=gen) / k**0.5).to("cuda", torch.float16)
+        x = torch.randn(m, k, generator=gen).to(torch_names.GPU, torch.float16)
+        w = (torch.randn(n, k, generator=gen) / k**0.5).to(torch_names.GPU, torch.float16)
         outs.append(torch.mm(x, w.t()).float())
     torch.cuda.synchronize()
     return outs
