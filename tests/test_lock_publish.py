@@ -38,6 +38,37 @@ def test_the_build_label_names_the_lock_and_what_it_left_unpinned(matrix) -> Non
     assert rocm["unlocked"] == expected and expected  # this machine reaches neither Docker Hub nor GitHub
 
 
+def test_an_image_with_one_unhashed_pip_step_is_not_called_fully_locked(matrix) -> None:
+    """The label of a build records its Dockerfile's pip steps that were not from a hashed set; publish calls an
+    image fully locked only when every input is pinned AND that list is empty."""
+    cpu = _placed(matrix, "local-cpu")
+    committed = (REPO / "dockerfiles" / "local-cpu" / "Dockerfile").read_text()
+    record, refusal = stages.publish_gate(stages.label(REPO, cpu, committed))
+    assert (record["state"], record["unhashed"], refusal) == ("locked", [], None)  # every step hashed or local
+    # the same Dockerfile with one step that resolves from the index without hashes
+    one_more = committed.replace(
+        "FROM base AS final-amd64\n", "FROM base AS final-amd64\nRUN pip install --no-deps requests==2.31.0\n", 1
+    )
+    assert one_more != committed
+    labels = stages.label(REPO, cpu, one_more)
+    assert json.loads(labels[stages.LABEL])["unhashed"] == ["final-amd64: pip install --no-deps requests==2.31.0"]
+    record, refusal = stages.publish_gate(labels)
+    assert record["state"] == "unlocked" and record["unlocked"] == []
+    assert (
+        refusal == "1 pip step(s) of its Dockerfile were not from a hashed set: final-amd64: pip install --no-deps "
+        "requests==2.31.0"
+    )
+
+
+def test_the_seed_labels_name_the_steps_the_lock_cannot_hash_yet(matrix) -> None:
+    """rocm6.1-torch2.3: the torch source build's requirements, the built wheel's requirements and
+    pytorch-triton-rocm (GitHub and download.pytorch.org do not answer here); the server steps are hashed."""
+    rocm = json.loads(stages.label(REPO, _placed(matrix, "rocm6.1-torch2.3"))[stages.LABEL])
+    assert [s.split(":")[0] for s in rocm["unhashed"]] == ["torch-build", "torch", "torch"]
+    cuda = json.loads(stages.label(REPO, _placed(matrix, "cuda12.1-torch2.3"))[stages.LABEL])
+    assert [s.split(":")[0] for s in cuda["unhashed"]] == ["torch"]
+
+
 def test_no_lock_file_means_everything_is_unlocked(tmp_path: Path, matrix) -> None:
     assert stages.unlocked(tmp_path, _placed(matrix, "local-cpu")) == (None, ["matrix.lock.json"])
 
@@ -45,7 +76,12 @@ def test_no_lock_file_means_everything_is_unlocked(tmp_path: Path, matrix) -> No
 @pytest.mark.parametrize(
     ("labels", "state", "refused"),
     [
-        ({stages.LABEL: '{"sha256":"ab","unlocked":[]}'}, "locked", False),
+        ({stages.LABEL: '{"sha256":"ab","unlocked":[],"unhashed":[]}'}, "locked", False),
+        # every input pinned, but one pip step resolved live: not fully locked
+        ({stages.LABEL: '{"sha256":"ab","unlocked":[],"unhashed":["final: pip install x"]}'}, "unlocked", True),
+        # a record that does not list its pip steps cannot say they were all hashed
+        ({stages.LABEL: '{"sha256":"ab","unlocked":[]}'}, "unlocked", True),
+        ({stages.LABEL: '{"sha256":"ab","unlocked":[],"unhashed":"x"}'}, "unreadable", True),
         ({stages.LABEL: '{"sha256":"ab","unlocked":["image:rust:1.78.0-bookworm"]}'}, "unlocked", True),
         ({"io.imagebuild.target": "local-cpu"}, "unrecorded", True),  # an imagebuild build without the record
         ({stages.LABEL: "not json"}, "unreadable", True),

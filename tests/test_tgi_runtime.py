@@ -93,24 +93,32 @@ def test_a_builder_without_the_toolchain_is_a_config_error() -> None:
 
 
 @pytest.mark.parametrize("target", GPU_TARGETS)
-def test_server_installed_from_pinned_requirements_with_extras_under_torch_constraint(target: str) -> None:
+def test_server_installed_from_its_locked_set_with_extras(target: str) -> None:
+    """Upstream installs requirements_<kind>.txt, then the server with its extras (Dockerfile_amd:191-192,
+    Dockerfile:225-226); here both are one set the lock resolved from that file and the server package with those
+    extras under this torch (issue 32 item 4), installed by hash, then the server wheel (and the git requirement the
+    set keeps, built as a wheel from its commit) without dependencies: nothing in the final stage resolves."""
     kind = "rocm" if target.startswith("rocm") else "cuda"
     requirements, extras = TGI_SERVER[kind]
+    lock = json.loads((REPO / "matrix.lock.json").read_text())
+    entry = lock["inputs"][f"pip:{target}@linux/amd64:runtime-server"]
+    source = entry["spec"]["from_source"]
+    assert (source["file"], ",".join(source["extras"])) == (f"server/{requirements}", extras)
     stages = _stages(_dockerfile(target))
     server = stages["runtime-server"]
-    assert f"cp {requirements} /wheels/requirements.txt" in server
-    assert f"'[{extras}]'" in server and "/wheels/server.txt" in server
-    assert "pip wheel --no-deps -w /wheels ." in server
+    assert "PIP_NO_INDEX=1 make gen-server" in server
+    assert "pip wheel --no-deps --no-build-isolation -w /wheels ." in server
+    assert "pip wheel --no-deps --no-build-isolation -w /wheels/vcs 'transformers @ git+https://" in server
     final = stages["final"]
-    constraint = "-c /tmp/torch-constraint.txt"
-    assert 'print("torch==" + m.version("torch"))\' > /tmp/torch-constraint.txt' in final
-    first = f"pip install {constraint} "
-    assert first in final and "-r /tmp/wheels/runtime-server/requirements.txt" in final
-    second = f"pip install {constraint} -r /tmp/wheels/runtime-server/server.txt"
-    assert second in final
-    # two pip runs, pinned requirements first (one run would see two URLs for transformers)
-    assert final.index("runtime-server/requirements.txt") < final.index(second)
-    assert "/tmp/wheels/runtime-server/*.whl" not in final  # never the server without its pins and extras
+    locked = f"source=dockerfiles/{target}/requirements/runtime-server.txt,target=/tmp/imagebuild-lock/requirements.txt"
+    assert locked in final
+    installs = re.findall(r"pip install ([^\\\n]+)", final)
+    assert installs[0].strip() == "--no-deps --require-hashes -r /tmp/imagebuild-lock/requirements.txt"
+    assert installs[-2:] == [
+        "--no-deps /tmp/wheels/runtime-server/vcs/*.whl ",
+        "--no-deps /tmp/wheels/runtime-server/*.whl",
+    ]
+    assert all(i.startswith("--no-deps ") for i in installs)
 
 
 @pytest.mark.parametrize("target", GPU_TARGETS)

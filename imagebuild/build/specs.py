@@ -96,7 +96,11 @@ def plan_target(
         context=target_plan.root,
         dockerfile=render_dir / "Dockerfile" if substituted and render_dir is not None else target_plan.dockerfile,
         tags=target_plan.tags(git, options.tags),
-        labels={**target_plan.build_labels(git, matrix.sha256), **lock_label(target_plan.root, target)},
+        labels={
+            **target_plan.build_labels(git, matrix.sha256),
+            # the lock record names the pip steps of the Dockerfile this build runs (imagebuild.lock.pipsteps)
+            **lock_label(target_plan.root, target, dockerfile or files["Dockerfile"]),
+        },
         build_args=target_plan.build_args(files["Dockerfile"]),
         cache_from=list(options.cache_from),
         cache_to=list(options.cache_to),

@@ -151,6 +151,12 @@ def _torch_inputs(target: Target, prefix: str, base_key: str) -> list[Input]:
         _git(build.source, f"{torch_where}.source"),
         _pip(torch_key, list(build.build_requires), py, plat, where, after=[base_key], from_source=source),
     ]
+    # the built wheel goes in with --no-deps; what it requires (setup.py's install_requires at the pinned commit)
+    # comes from this set
+    where = f"{prefix} stage torch: the built wheel's requirements (setup.py install_requires of the torch source)"
+    requires = {"git": build.source.git, "commit": build.source.commit, "file": "setup.py"}
+    requires["part"] = "setup.install_requires"
+    items.append(_pip(f"{torch_key}:requires", [], py, plat, where, after=[base_key], from_source=requires))
     for companion in build.companions:
         where = f"{prefix} stage torch: {torch_where}.companions.{companion.name} (--no-deps)"
         reqs = [f"{companion.name}=={companion.version}"]
@@ -183,6 +189,10 @@ def _runtime_inputs(
         _git(runtime.source, f"runtimes.{rname}.source"),
         _pip(f"pip:{prefix}:runtime-server:gen-server", [], py, plat, where, after=[base_key], from_source=gen),
     ]
+    # the server wheel is built without isolation: its build backend comes from this set
+    where = f"{prefix} stage runtime-server: the server's build backend (server/pyproject.toml [build-system])"
+    backend = {**source, "file": "server/pyproject.toml", "part": "build-system.requires"}
+    items.append(_pip(f"pip:{prefix}:runtime-server:build", [], py, plat, where, after=[base_key], from_source=backend))
     server = runtime.server.get(kind)
     if server is not None:
         where = (

@@ -128,6 +128,8 @@ class FromSource(Strict):
     make_target: Name | None = None
     package: RepoPath | None = None
     extras: Annotated[list[Name], _items(64)] | None = None
+    # which part of the file names the requirements (absent: the whole file is a requirements file)
+    part: Literal["build-system.requires", "setup.install_requires"] | None = None
 
 
 class PipSpec(Strict):

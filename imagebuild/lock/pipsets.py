@@ -71,6 +71,44 @@ def gen_server_requirements(makefile: str, target: str) -> list[str]:
     return found
 
 
+def part_requirements(text: str, part: str) -> list[str]:
+    """The requirements one part of a source file names, read without running anything:
+    `build-system.requires` of a pyproject.toml, or `setup.install_requires`: the first `install_requires = [...]`
+    list of plain strings in a setup.py (parsed by ast; an expression that is not such a list is refused)."""
+    if part == "build-system.requires":
+        try:
+            found = tomllib.loads(text).get("build-system", {}).get("requires")
+        except tomllib.TOMLDecodeError as exc:
+            raise ResolveError(f"pyproject.toml is not TOML: {exc}") from None
+    elif part == "setup.install_requires":
+        found = _install_requires(text)
+    else:
+        raise ResolveError(f"no reader for the part {part!r}")
+    if not isinstance(found, list) or not found or not all(isinstance(r, str) for r in found):
+        raise ResolveError(f"{part}: no list of requirement strings in the file")
+    return [r.strip() for r in found]
+
+
+def _install_requires(text: str) -> list[str] | None:
+    import ast
+
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        raise ResolveError("setup.py cannot be parsed") from None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "install_requires" for t in node.targets
+        ):
+            value = node.value
+            if isinstance(value, ast.List) and all(
+                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts
+            ):
+                return [e.value for e in value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            raise ResolveError(f"setup.py line {node.lineno}: install_requires is not a list of strings")
+    return None
+
+
 def requirement_lines(text: str) -> list[str]:
     """Requirement lines of a requirements file (comments, blanks and options dropped)."""
     out = []

@@ -146,6 +146,8 @@ def _pip(
         text = gitsrc.read_file(repo, source["commit"], source["file"], options.limit)
         if source.get("make_target"):
             requirements += pipsets.gen_server_requirements(text, source["make_target"])
+        elif source.get("part"):
+            requirements += pipsets.part_requirements(text, source["part"])
         else:
             requirements += pipsets.requirement_lines(text)
         if source.get("package"):

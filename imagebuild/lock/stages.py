@@ -14,6 +14,7 @@ from typing import Any
 
 from imagebuild.errors import ConfigError
 from imagebuild.lock import lockfile
+from imagebuild.lock.model import one_line
 from imagebuild.matrix import Target
 
 HEADER = (
@@ -46,19 +47,43 @@ def _load(path: str, mtime_ns: int, size: int, inode: int) -> tuple[dict[str, An
     return lockfile.read(Path(path))
 
 
-def stage_sets(root: Path, target: Target, stages: list[str]) -> dict[str, tuple[str, str]]:
-    """stage -> (file name under the Dockerfile's folder, its text), for each of stages whose set is locked."""
+def stage_sets(root: Path, target: Target, stages: list[str] | dict[str, str]) -> dict[str, tuple[str, str]]:
+    """name -> (file name under the Dockerfile's folder, its text), for each set that is locked.
+
+    stages lists the names (the lock key's last part is the name), or maps each name (the file's) to the key's
+    last part where they differ (the source build's `torch-build` set is the lock's `torch`)."""
     doc = _doc(root)
     if doc is None:
         return {}
+    named = stages if isinstance(stages, dict) else {stage: stage for stage in stages}
     out = {}
-    for stage in stages:
-        key = f"pip:{target.name}@{target.oci_platform}:{stage}"
+    for stage, part in named.items():
+        key = f"pip:{target.name}@{target.oci_platform}:{part}"
         entry = doc["inputs"].get(key)
         if entry is None or entry["status"] != "locked" or not entry.get("requirements"):
             continue
         out[stage] = (f"requirements/{stage}.txt", HEADER.format(key=key) + "\n".join(entry["requirements"]) + "\n")
     return out
+
+
+def vcs_requirements(root: Path, target: Target, part: str) -> list[str]:
+    """The git requirements a locked set keeps verbatim (pip cannot hash them), each checked to be pinned by a
+    commit (pipsteps.GIT_PINNED); [] when the set is not locked. One that is not: ConfigError (the lock is data,
+    and these become pip arguments)."""
+    from imagebuild.lock.pipsteps import GIT_PINNED
+
+    entry = (_doc(root) or {}).get("inputs", {}).get(f"pip:{target.name}@{target.oci_platform}:{part}")
+    if entry is None or entry["status"] != "locked":
+        return []
+    found = list(entry.get("vcs") or [])
+    for line in found:
+        if not GIT_PINNED.match(line):
+            raise ConfigError(
+                f"{lockfile.LOCK_NAME}: {part} keeps the git requirement {line[:120]!r}, which is not "
+                "`name @ git+https://...@<40-hex commit>`",
+                hint="run `imagebuild lock` to write it anew",
+            )
+    return found
 
 
 def unlocked(root: Path, target: Target) -> tuple[str | None, list[str]]:
@@ -79,19 +104,31 @@ def unlocked(root: Path, target: Target) -> tuple[str | None, list[str]]:
 LABEL = "io.imagebuild.lock"
 
 
-def label(root: Path, target: Target) -> dict[str, str]:
-    """The build label recording the lock the image was built from: its sha256 and the inputs it left unpinned."""
+def label(root: Path, target: Target, dockerfile: str | None = None) -> dict[str, str]:
+    """The build label recording the lock the image was built from: its sha256, the inputs it left unpinned and
+    the pip steps of the Dockerfile built (the committed one when not given) that were not from a hashed set."""
     import json
 
+    from imagebuild.lock import pipsteps
+
+    if dockerfile is None:
+        from imagebuild.plan.target_plan import COMMITTED_DIR
+        from imagecontract.blob import read_bounded
+
+        path = root / COMMITTED_DIR / target.name / "Dockerfile"
+        dockerfile = read_bounded(path, 16 << 20, what="a rendered Dockerfile").decode("utf-8", "replace")
     sha, missing = unlocked(root, target)
-    return {LABEL: json.dumps({"sha256": sha, "unlocked": missing}, separators=(",", ":"), sort_keys=True)}
+    record = {"sha256": sha, "unlocked": missing, "unhashed": pipsteps.unhashed(dockerfile)}
+    return {LABEL: json.dumps(record, separators=(",", ":"), sort_keys=True)}
 
 
 def publish_gate(labels: dict[str, str] | None) -> tuple[dict[str, Any], str | None]:
     """(what the publish report and provenance record about the lock, why publish refuses or None).
 
     An image built by imagebuild (io.imagebuild.target) without the lock label, or one whose label lists unlocked
-    inputs, is refused; an image not built by imagebuild carries no claim either way (recorded as unknown).
+    inputs or pip steps not from a hashed set (or does not list its pip steps at all), is refused: an image is
+    called fully locked only when every input is pinned and every pip step of every stage used a hashed set. An
+    image not built by imagebuild carries no claim either way (recorded as unknown).
     """
     import json
 
@@ -105,12 +142,25 @@ def publish_gate(labels: dict[str, str] | None) -> tuple[dict[str, Any], str | N
         data = json.loads(text)
         missing = [str(k) for k in data["unlocked"]][:100]
         sha = data.get("sha256")
+        steps = data.get("unhashed")
+        if steps is not None and not isinstance(steps, list):
+            raise TypeError("unhashed is not a list")
+        unhashed = None if steps is None else [one_line(s, 200) for s in steps][:100]
     except (ValueError, KeyError, TypeError, RecursionError):
         return {"state": "unreadable"}, f"its {LABEL} label is not the lock record imagebuild writes"
-    record = {"state": "locked" if not missing else "unlocked", "sha256": sha, "unlocked": missing}
+    # fully locked: every input pinned AND every pip step of every stage from a hashed set (a record without the
+    # steps, written before they were recorded, cannot say so)
+    whole = not missing and unhashed == []
+    record: dict[str, Any] = {"state": "locked" if whole else "unlocked", "sha256": sha, "unlocked": missing}
+    record["unhashed"] = unhashed
     if missing:
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
         return record, f"it was built from {len(missing)} unlocked input(s): {shown}"
+    if unhashed is None:
+        return record, "its lock record does not list its pip steps (built before they were recorded): rebuild it"
+    if unhashed:
+        shown = "; ".join(unhashed[:2]) + (f" and {len(unhashed) - 2} more" if len(unhashed) > 2 else "")
+        return record, f"{len(unhashed)} pip step(s) of its Dockerfile were not from a hashed set: {shown}"
     return record, None
 
 

@@ -221,6 +221,8 @@ def _context(plan: TargetPlan, sets: dict[str, tuple[str, str]] | None = None) -
     runtime = _runtime_context(target)
     if runtime is not None and "builder_ref" in runtime:
         runtime["builder_ref"] = lock_stages.pinned_ref(plan.root, runtime["builder_ref"])
+    if runtime is not None and runtime["kind"] == "tgi":  # git requirements of the locked server set, by commit
+        runtime["vcs"] = lock_stages.vcs_requirements(plan.root, target, "runtime-server")
     entrypoint, cmd = _entrypoint_and_cmd(target)
     sets = _locked_sets(plan) if sets is None else sets
     locked = {stage: f"{plan.out_dir}/{name}" for stage, (name, _) in sets.items()}
@@ -319,13 +321,24 @@ def _render_cross(matrix: Matrix, plan: TargetPlan) -> Rendered:
 
 
 def _locked_sets(plan: TargetPlan) -> dict[str, tuple[str, str]]:
-    """The stages whose pip installs come from the lock (imagebuild.lock.stages): base, a torch wheel, components."""
+    """The pip installs that come from the lock (imagebuild.lock.stages), by the name the templates use (the file
+    requirements/<name>.txt) -> the lock key's last part: base; torch (a wheel) or the source build's torch-build
+    and the built wheel's requirements; each companion of torch; components; a pip runtime's packages; TGI's
+    gen-server tools, the server's build backend and the server with its requirements and extras."""
     target = plan.target
-    stages = ["base", *(["torch"] if target.torch_build.obtain == "wheel" else [])]
-    stages += [f"component-{name}" for name, component in target.components if component.build_requires]
+    named = {"base": "base"}
+    if target.torch_build.obtain == "wheel":
+        named["torch"] = "torch"
+    elif target.torch_build.obtain == "source":
+        named.update({"torch-build": "torch", "torch-requires": "torch:requires"})
+    named.update({f"torch-{c.name}": f"torch:{c.name}" for c in target.torch_build.companions})
+    named.update({f"component-{n}": f"component-{n}" for n, component in target.components if component.build_requires})
     if getattr(target.runtime, "packages", None):  # a pip runtime whose packages the lock resolves
-        stages.append("runtime")
-    return lock_stages.stage_sets(plan.root, target, stages)
+        named["runtime"] = "runtime"
+    if isinstance(target.runtime, TgiRuntime):
+        named.update({"gen-server": "runtime-server:gen-server", "server-build": "runtime-server:build"})
+        named["runtime-server"] = "runtime-server"
+    return lock_stages.stage_sets(plan.root, target, named)
 
 
 def render_target(

@@ -53,6 +53,7 @@ RUN git init -q pytorch \
     && git -C pytorch checkout -q --detach FETCH_HEAD \
     && git -C pytorch submodule update -q --init --recursive --depth 1
 WORKDIR /src/pytorch
+# Not locked (matrix.lock.json says why): resolved from the index, so publish does not call this image fully locked.
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=pipcert --mount=type=secret,id=pipindex \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
@@ -66,6 +67,8 @@ RUN --mount=type=cache,target=/root/.cache/ccache \
 
 # ---- torch: the built wheel installed on the base ----
 FROM base AS torch
+# Its requirements not locked (matrix.lock.json says why): resolved from the index, so publish does not call this
+# image fully locked.
 RUN --mount=type=bind,from=torch-build,source=/wheels,target=/tmp/torch-wheels \
     --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=pipcert --mount=type=secret,id=pipindex \
@@ -73,6 +76,8 @@ RUN --mount=type=bind,from=torch-build,source=/wheels,target=/tmp/torch-wheels \
     && if [ -s /run/secrets/pipindex ]; then PIP_INDEX_URL="$(cat /run/secrets/pipindex)" && export PIP_INDEX_URL; fi \
     && pip install /tmp/torch-wheels/torch-*.whl
 # pytorch-triton-rocm 2.3.0: the Triton that torch 2.3.0 ROCm wheels require, and TGI imports triton at start
+# Not locked (matrix.lock.json says why): from the index without a hash, so publish does not call this image fully
+# locked.
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=pipcert --mount=type=secret,id=pipindex \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
@@ -178,19 +183,33 @@ ENV PYTORCH_ROCM_ARCH="gfx908;gfx942" \
 COPY --from=runtime-source /src/runtime/proto /src/runtime/proto
 COPY --from=runtime-source /src/runtime/server /src/runtime/server
 WORKDIR /src/runtime/server
-# For the final stage, two pip runs as upstream's: requirements.txt (the pinned requirements, transformers at a git
-# commit), then server.txt (this wheel with the extras its modules import at top level). One run would fail: the
-# wheel names the same transformers commit by a shorter URL, and pip refuses two URLs for one project.
+# make gen-server's tools (its recipe's pip install: server/Makefile) and the server's build backend
+# (server/pyproject.toml [build-system]) as locked (matrix.lock.json), every file by sha256; the recipe's own pip
+# install then runs with PIP_NO_INDEX=1, so it can only find them installed.
+RUN --mount=type=bind,source=build/render/x/requirements/gen-server.txt,target=/tmp/imagebuild-lock/requirements.txt \
+    --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=secret,id=pipcert --mount=type=secret,id=pipindex \
+    if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
+    && if [ -s /run/secrets/pipindex ]; then PIP_INDEX_URL="$(cat /run/secrets/pipindex)" && export PIP_INDEX_URL; fi \
+    && pip install --no-deps --require-hashes -r /tmp/imagebuild-lock/requirements.txt
+RUN --mount=type=bind,source=build/render/x/requirements/server-build.txt,target=/tmp/imagebuild-lock/requirements.txt \
+    --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=secret,id=pipcert --mount=type=secret,id=pipindex \
+    if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
+    && if [ -s /run/secrets/pipindex ]; then PIP_INDEX_URL="$(cat /run/secrets/pipindex)" && export PIP_INDEX_URL; fi \
+    && pip install --no-deps --require-hashes -r /tmp/imagebuild-lock/requirements.txt
+# The server wheel, built without isolation (its backend is the locked one), and a wheel of each git requirement the
+# locked server set keeps verbatim (pip cannot hash a VCS requirement: each is pinned by its commit). The final
+# stage installs the locked set, then these wheels, all with --no-deps: nothing there resolves.
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=pipcert --mount=type=secret,id=pipindex \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
     && if [ -s /run/secrets/pipindex ]; then PIP_INDEX_URL="$(cat /run/secrets/pipindex)" && export PIP_INDEX_URL; fi \
-    && make gen-server \
+    && PIP_NO_INDEX=1 make gen-server \
     && test -s text_generation_server/pb/generate_pb2.py \
-    && pip wheel --no-deps -w /wheels . \
+    && pip wheel --no-deps --no-build-isolation -w /wheels . \
     && python3 -c 'import glob, sys, zipfile; names = zipfile.ZipFile(glob.glob("/wheels/*.whl")[0]).namelist(); sys.exit(0 if "text_generation_server/pb/generate_pb2.py" in names else "the server wheel lacks its generated gRPC stubs")' \
-    && cp requirements_rocm.txt /wheels/requirements.txt \
-    && for wheel in /wheels/*.whl; do echo "/tmp/wheels/runtime-server/${wheel##*/}"'[accelerate,peft,outlines]'; done > /wheels/server.txt
+    && pip wheel --no-deps --no-build-isolation -w /wheels/vcs 'transformers @ git+https://github.com/huggingface/transformers.git@b8aee2e918d7ba2d5e9e80162ae26b4806873307 ; python_version >= "3.9" and python_version < "3.13"'
 
 # ---- final: what ships ----
 FROM torch AS final
@@ -216,21 +235,22 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends libssl3 ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 # Component wheels go in without their dependencies, as upstream copies their build/lib (their requirement files
-# would pull engines, ray or a second torch); the runtime then brings its pinned requirements, never another torch,
-# and its extras may add packages but never move a pinned one (setuptools 69.5.1 keeps pkg_resources, which TGI imports).
+# would pull engines, ray or a second torch). The server's requirements and extras are the locked set
+# (matrix.lock.json: server/requirements_rocm.txt and the server package with its extras, resolved under this
+# torch), every file by sha256; then the git requirements it keeps (wheels built from their pinned commits) and the
+# server wheel, without dependencies: nothing here resolves from an index.
 RUN --mount=type=bind,from=component-imagebuild-kernels,source=/wheels,target=/tmp/wheels/component-imagebuild-kernels \
     --mount=type=bind,from=component-vllm-rocm,source=/wheels,target=/tmp/wheels/component-vllm-rocm \
     --mount=type=bind,from=runtime-server,source=/wheels,target=/tmp/wheels/runtime-server \
+    --mount=type=bind,source=build/render/x/requirements/runtime-server.txt,target=/tmp/imagebuild-lock/requirements.txt \
     --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=pipcert --mount=type=secret,id=pipindex \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
     && if [ -s /run/secrets/pipindex ]; then PIP_INDEX_URL="$(cat /run/secrets/pipindex)" && export PIP_INDEX_URL; fi \
-    && python3 -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' > /tmp/torch-constraint.txt \
+    && pip install --no-deps --require-hashes -r /tmp/imagebuild-lock/requirements.txt \
     && pip install --no-deps /tmp/wheels/component-imagebuild-kernels/*.whl /tmp/wheels/component-vllm-rocm/*.whl \
-    && pip install -c /tmp/torch-constraint.txt -r /tmp/wheels/runtime-server/requirements.txt \
-    && sed -n 's/^\([A-Za-z0-9._-]*==[^ ;]*\).*/\1/p' /tmp/wheels/runtime-server/requirements.txt >> /tmp/torch-constraint.txt \
-    && pip install -c /tmp/torch-constraint.txt -r /tmp/wheels/runtime-server/server.txt \
-    && rm /tmp/torch-constraint.txt
+    && pip install --no-deps /tmp/wheels/runtime-server/vcs/*.whl \
+    && pip install --no-deps /tmp/wheels/runtime-server/*.whl
 COPY --from=component-imagebuild-kernels /opt/imagebuild/kernels.json /opt/imagebuild/kernels.json
 COPY --from=runtime-build /usr/local/bin/text-generation-launcher /usr/local/bin/text-generation-router /usr/local/bin/text-generation-benchmark /usr/local/bin/
 # Every shared library the Rust binaries link (OpenSSL, glibc versions) resolves in this image.
