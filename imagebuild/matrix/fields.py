@@ -6,10 +6,12 @@ a line, open a quote or become an option of the command it is given to.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from collections.abc import Callable, Iterator
+from typing import Annotated, Literal
 
+from annotated_types import GroupedMetadata
 from pydantic import AfterValidator, Field, WithJsonSchema
 
 from imagebuild.errors import ConfigError
@@ -39,8 +41,22 @@ def _safe_text(value: str) -> str:
     return value
 
 
-def _typed(what: str, pattern: str, check: Callable[[str], str | None] | None = None) -> Any:
-    """A string type that holds only what its field can legally hold: refused with `what` it should be."""
+@dataclasses.dataclass(frozen=True)
+class _Typed(GroupedMetadata):
+    """A string type's validator and JSON schema as one `Annotated` item (pydantic expands grouped metadata), so
+    each type below is `Annotated[str, _typed(...)]`: an alias a type checker reads as the `str` it is."""
+
+    validator: AfterValidator
+    schema: WithJsonSchema
+
+    def __iter__(self) -> Iterator[object]:
+        yield self.validator
+        yield self.schema
+
+
+def _typed(what: str, pattern: str, check: Callable[[str], str | None] | None = None) -> _Typed:
+    """The validator and schema of a string type that holds only what its field can legally hold: refused with
+    `what` it should be."""
     compiled = re.compile(pattern)
 
     def validate(value: str) -> str:
@@ -52,7 +68,7 @@ def _typed(what: str, pattern: str, check: Callable[[str], str | None] | None = 
             raise ValueError(f"{excerpt(value)} is not {what}: {problem}")
         return value
 
-    return Annotated[str, AfterValidator(validate), WithJsonSchema({"type": "string", "pattern": pattern})]
+    return _Typed(AfterValidator(validate), WithJsonSchema({"type": "string", "pattern": pattern}))
 
 
 def _git_ref_problem(value: str) -> str | None:
@@ -70,37 +86,54 @@ Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
 # The field types below are what reaches a Dockerfile or shell line: none can hold a space, `#`, a shell
 # operator or quote, and none can start with `-` (so no value becomes an option of the command it is given to).
-Url = _typed(
-    "a URL (https://host/path: letters, digits and ._~%+,=:@/-)",
-    r"(https|http|ssh|git)://[A-Za-z0-9][A-Za-z0-9._~%+,=:@/-]*",
-)
-GitRef = _typed(
-    "a git ref (branch or tag: letters, digits and ._/+-)", r"[A-Za-z0-9_][A-Za-z0-9._/+-]*", _git_ref_problem
-)
+Url = Annotated[
+    str,
+    _typed(
+        "a URL (https://host/path: letters, digits and ._~%+,=:@/-)",
+        r"(https|http|ssh|git)://[A-Za-z0-9][A-Za-z0-9._~%+,=:@/-]*",
+    ),
+]
+GitRef = Annotated[
+    str,
+    _typed("a git ref (branch or tag: letters, digits and ._/+-)", r"[A-Za-z0-9_][A-Za-z0-9._/+-]*", _git_ref_problem),
+]
 # A path inside this repository (resolved and confined to it at load) or inside a checkout.
-RepoPath = _typed(f"a relative path (segments {_SEGMENT}, no `..`)", rf"{_SEGMENT}(/{_SEGMENT})*")
-AbsPath = _typed(f"an absolute path (/ then segments {_SEGMENT})", rf"(/{_SEGMENT})+")
-HostPath = _typed("a folder (an absolute or relative path, or file:///path)", rf"(file://)?/?{_SEGMENT}(/{_SEGMENT})*")
-FileName = _typed("a file name (letters, digits and ._%-)", r"[A-Za-z0-9_][A-Za-z0-9._%-]*")
-Version = _typed("a version (letters, digits and .+!_-)", r"[A-Za-z0-9][A-Za-z0-9.+!_-]*")
-TorchKey = _typed("a torch key (letters, digits and ._-)", r"[A-Za-z0-9][A-Za-z0-9._-]*")
+RepoPath = Annotated[str, _typed(f"a relative path (segments {_SEGMENT}, no `..`)", rf"{_SEGMENT}(/{_SEGMENT})*")]
+AbsPath = Annotated[str, _typed(f"an absolute path (/ then segments {_SEGMENT})", rf"(/{_SEGMENT})+")]
+HostPath = Annotated[
+    str, _typed("a folder (an absolute or relative path, or file:///path)", rf"(file://)?/?{_SEGMENT}(/{_SEGMENT})*")
+]
+FileName = Annotated[str, _typed("a file name (letters, digits and ._%-)", r"[A-Za-z0-9_][A-Za-z0-9._%-]*")]
+Version = Annotated[str, _typed("a version (letters, digits and .+!_-)", r"[A-Za-z0-9][A-Za-z0-9.+!_-]*")]
+TorchKey = Annotated[str, _typed("a torch key (letters, digits and ._-)", r"[A-Za-z0-9][A-Za-z0-9._-]*")]
 _IMAGE_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-ImageName = _typed(
-    "an image reference without digest ([registry/]path[:tag], lower case path)",
-    rf"(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?{_IMAGE_PATH}(?:/{_IMAGE_PATH})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?",
-)
-AptPackage = _typed(
-    "a Debian package (name[:arch][=version])", r"[a-z0-9][a-z0-9+.-]+(?::[a-z0-9-]+)?(?:=[A-Za-z0-9.+~:-]+)?"
-)
+ImageName = Annotated[
+    str,
+    _typed(
+        "an image reference without digest ([registry/]path[:tag], lower case path)",
+        rf"(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?{_IMAGE_PATH}(?:/{_IMAGE_PATH})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?",
+    ),
+]
+AptPackage = Annotated[
+    str,
+    _typed("a Debian package (name[:arch][=version])", r"[a-z0-9][a-z0-9+.-]+(?::[a-z0-9-]+)?(?:=[A-Za-z0-9.+~:-]+)?"),
+]
 _PIP_SPEC = r"(?:===|==|~=|!=|>=|<=|>|<)[A-Za-z0-9.*+!_-]+"
-PipRequirement = _typed(
-    "a pip requirement (name[extras] and version specifiers, no URL or option)",
-    rf"[A-Za-z0-9][A-Za-z0-9._-]*(?:\[[A-Za-z0-9._-]+(?:,[A-Za-z0-9._-]+)*\])?(?:{_PIP_SPEC}(?:,{_PIP_SPEC})*)?",
-)
-Program = _typed("a program (a name on PATH or an absolute path)", rf"/?{_SEGMENT}(/{_SEGMENT})*")
-HttpPath = _typed("an HTTP path (/ then letters, digits and ._~/-)", r"/[A-Za-z0-9._~/-]*")
-AttentionKey = _typed("an arch or `cpu` (letters, digits, _ and :feature+/-)", r"[a-z0-9_]+(?::[a-z0-9]+[+-])*")
-TargetName = _typed("a target name template (letters, digits, ._- and {platform} / {torch})", r"[A-Za-z0-9{}._-]+")
+PipRequirement = Annotated[
+    str,
+    _typed(
+        "a pip requirement (name[extras] and version specifiers, no URL or option)",
+        rf"[A-Za-z0-9][A-Za-z0-9._-]*(?:\[[A-Za-z0-9._-]+(?:,[A-Za-z0-9._-]+)*\])?(?:{_PIP_SPEC}(?:,{_PIP_SPEC})*)?",
+    ),
+]
+Program = Annotated[str, _typed("a program (a name on PATH or an absolute path)", rf"/?{_SEGMENT}(/{_SEGMENT})*")]
+HttpPath = Annotated[str, _typed("an HTTP path (/ then letters, digits and ._~/-)", r"/[A-Za-z0-9._~/-]*")]
+AttentionKey = Annotated[
+    str, _typed("an arch or `cpu` (letters, digits, _ and :feature+/-)", r"[a-z0-9_]+(?::[a-z0-9]+[+-])*")
+]
+TargetName = Annotated[
+    str, _typed("a target name template (letters, digits, ._- and {platform} / {torch})", r"[A-Za-z0-9{}._-]+")
+]
 PlatformKind = Literal["rocm", "cuda", "cpu"]
 ArchVariable = Literal[
     "PYTORCH_ROCM_ARCH",

@@ -6,6 +6,8 @@ places a target on a platform with them, `matrix/checks.py` checks their referen
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 
 from imagebuild.matrix.fields import (
@@ -26,7 +28,7 @@ from imagebuild.matrix.oci_platform import KNOWN, schema_pattern
 from imagebuild.matrix.sources import Strict
 
 BASELINE = _BASELINE.oci
-OciPlatformName = typed(f"an OCI platform ({' or '.join(p.oci for p in KNOWN)})", schema_pattern())
+OciPlatformName = Annotated[str, typed(f"an OCI platform ({' or '.join(p.oci for p in KNOWN)})", schema_pattern())]
 
 
 class PlatformOnOci(Strict):
