@@ -10,9 +10,12 @@ import click
 from imagebuild.errors import CheckFailed, ConfigError
 from imagebuild.tunableop import results as top
 from imagebuild.tunableop import shapes as tunableop_shapes
+from imagecontract import kinds
 from imagecontract.atomic import write_atomic
 from imagecontract.blob import read_bounded
 from imagecontract.text import printable
+
+GPU_ONLY = [kind.SMOKE_GPU for kind in kinds.GPU_KINDS]  # `tune` runs on a GPU
 
 _FILE = click.Path(path_type=Path, dir_okay=False)
 
@@ -62,7 +65,7 @@ def inspect_cmd(files: tuple[Path, ...], as_json: bool) -> None:
 @click.argument("file", type=_FILE)
 @click.option("--image", help="Compare with this image's torch (asked on the GPU when there is one).")
 @click.option("--expect", "expect", multiple=True, metavar="KEY=VALUE", help="Expected validator (repeatable).")
-@click.option("--gpu", type=click.Choice(["auto", "rocm", "cuda", "none"]), default="auto", show_default=True)
+@click.option("--gpu", type=click.Choice(["auto", *kinds.GPU_CHOICES]), default="auto", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 def check_cmd(file: Path, image: str | None, expect: tuple[str, ...], gpu: str, as_json: bool) -> None:
     """Exit 1 listing every validator that would make torch reject the whole file."""
@@ -113,7 +116,7 @@ def merge_cmd(out: Path, files: tuple[Path, ...]) -> None:
 @click.argument("image")
 @click.option("--shapes", required=True, type=_FILE, help="Lines of `out=N in=K tokens=M[,M...] [dtype=half]`.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("."))
-@click.option("--gpu", type=click.Choice(["auto", "rocm", "cuda"]), default="auto", show_default=True)
+@click.option("--gpu", type=click.Choice(["auto", *GPU_ONLY]), default="auto", show_default=True)
 @click.option("--device", type=int, default=0, show_default=True, help="GPU ordinal inside the container.")
 @click.option("--bake", "bake_tag", metavar="TAG", help="Also build TAG: IMAGE with the results baked in.")
 @click.option("--max-tuning-duration-ms", type=int, default=30, show_default=True)
@@ -161,7 +164,7 @@ def tune_cmd(
 @click.argument("file", type=_FILE)
 @click.option("--tag", required=True, help="Tag of the derived image.")
 @click.option("--expect", "expect", multiple=True, metavar="KEY=VALUE", help="Fill in what cannot be determined.")
-@click.option("--gpu", type=click.Choice(["auto", "rocm", "cuda", "none"]), default="auto", show_default=True)
+@click.option("--gpu", type=click.Choice(["auto", *kinds.GPU_CHOICES]), default="auto", show_default=True)
 def bake_cmd(image: str, file: Path, tag: str, expect: tuple[str, ...], gpu: str) -> None:
     """Build TAG from IMAGE with FILE under /opt/imagebuild/tunableop/, its validators checked first."""
     from imagebuild.engine.sdk import docker_engine

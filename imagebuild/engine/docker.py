@@ -29,6 +29,7 @@ from imagebuild.engine.interface import ImageNotFound
 from imagebuild.envvars import env_seconds
 from imagebuild.errors import ConfigError
 from imagebuild.plan.imageref import ImageRef, local_tag, read_record
+from imagecontract import kinds
 
 if TYPE_CHECKING:
     import docker
@@ -227,32 +228,33 @@ def docker_client() -> docker.DockerClient:
     return client
 
 
-GPU_KINDS = ("auto", "rocm", "cuda", "none")
+GPU_KINDS = ("auto", *kinds.GPU_CHOICES)  # `--gpu`: auto, one per GPU platform kind, none
 
 
 def detect_gpu() -> str:
-    """auto: ROCm when /dev/kfd exists, CUDA when an NVIDIA device node exists, else none."""
-    if Path("/dev/kfd").exists():
-        return "rocm"
-    if Path("/dev/nvidiactl").exists() or Path("/dev/nvidia0").exists():
-        return "cuda"
-    return "none"
+    """auto: the first GPU platform kind whose device nodes are here (ROCm: /dev/kfd; CUDA: an NVIDIA node),
+    else none."""
+    return kinds.detect_devices(Path("/"))
 
 
 def device_options(gpu: str) -> dict[str, Any]:
-    """The docker run options each GPU kind needs (the same flags the README lists for CI runners)."""
+    """The docker run options a `--gpu` value needs: its platform kind's DEVICE flags (imagecontract/kinds, the
+    same flags the README lists for CI runners) in the docker SDK's words."""
     from docker.types import DeviceRequest
 
-    if gpu == "rocm":
-        return {
-            "devices": ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"],
-            "group_add": ["video"],
-            "security_opt": ["seccomp=unconfined"],
-            "ipc_mode": "host",
-        }
-    if gpu == "cuda":
-        return {"device_requests": [DeviceRequest(count=-1, capabilities=[["gpu"]])], "ipc_mode": "host"}
-    return {}
+    flags = kinds.for_gpu(gpu).DEVICE
+    options: dict[str, Any] = {}
+    if flags.devices:
+        options["devices"] = list(flags.devices)
+    if flags.group_add:
+        options["group_add"] = list(flags.group_add)
+    if flags.security_opt:
+        options["security_opt"] = list(flags.security_opt)
+    if flags.all_gpus:
+        options["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    if flags.ipc_host:
+        options["ipc_mode"] = "host"
+    return options
 
 
 def _slug(text: str) -> str:

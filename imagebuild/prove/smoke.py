@@ -17,6 +17,7 @@ from imagebuild.engine.docker import detect_gpu
 from imagebuild.engine.interface import ContainerStartFailed, ContainerTimeout, Mount, RunSpec
 from imagebuild.envvars import env_int
 from imagebuild.errors import ConfigError, SmokeFailed
+from imagecontract import kinds
 from imagecontract.atomic import write_atomic
 from imagecontract.models import ModelError, SmokeReport
 
@@ -50,8 +51,12 @@ def run_smoke(
     """Run the suite in a throwaway container; write report (with image_id), JUnit and the container log."""
     timeout_s = env_int(TIMEOUT_ENV, TIMEOUT_DEFAULT_S, minimum=1)
     gpu = detect_gpu() if gpu == "auto" else gpu
-    if gpu == "rocm" and not Path("/dev/kfd").exists():
-        raise ConfigError("--gpu rocm, but this host has no /dev/kfd (no ROCm driver)", hint="use --gpu auto or none")
+    node = kinds.for_gpu(gpu).REQUIRED_NODE
+    if node and not Path(node).exists():
+        toolkit = kinds.for_gpu(gpu).TOOLKIT
+        raise ConfigError(
+            f"--gpu {gpu}, but this host has no {node} (no {toolkit} driver)", hint="use --gpu auto or none"
+        )
     report_path.parent.mkdir(parents=True, exist_ok=True)
     out = Path(tempfile.mkdtemp(prefix=".smoke-", dir=report_path.parent))
     os.chmod(out, 0o777)  # the image may run as a non-root user

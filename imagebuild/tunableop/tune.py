@@ -18,6 +18,7 @@ from imagebuild.engine.interface import BuildError, EngineError, ImageNotFound, 
 from imagebuild.errors import BuildFailed, CheckFailed, ConfigError
 from imagebuild.tunableop import results as top
 from imagebuild.tunableop import shapes as tunableop_shapes
+from imagecontract import kinds
 from imagecontract.atomic import write_atomic
 from imagecontract.blob import read_bounded
 from imagecontract.models import Manifest, ModelError
@@ -108,7 +109,8 @@ def _from_versions(kind: str, torch_version: str | None, source: str, notes: lis
     pt = top.pt_version_of(torch_version) if torch_version else None
     if pt:
         values["PT_VERSION"] = pt
-    if kind == "rocm":
+    platform = kinds.platform(kind)
+    if platform.TUNABLEOP_NEEDS_GPU:
         return top.Expected(
             values=values,
             complete=False,
@@ -116,13 +118,13 @@ def _from_versions(kind: str, torch_version: str | None, source: str, notes: lis
             undetermined=[*([] if pt else ["PT_VERSION"]), *ROCM_KEYS],
             notes=[
                 *notes,
-                "ROCm validators need the image's torch on a GPU: run on a GPU host or pass --expect",
+                f"{platform.TOOLKIT} validators need the image's torch on a GPU: run on a GPU host or pass --expect",
             ],
         )
-    if kind == "cpu":
-        notes = [*notes, "a CPU build of torch runs no TunableOp; PT_VERSION is all it could check"]
+    if platform.VENDOR is None:
+        notes = [*notes, f"a {platform.TOOLKIT} build of torch runs no TunableOp; PT_VERSION is all it could check"]
     else:
-        notes = [*notes, f"a {kind.upper()} build of torch registers PT_VERSION only"]
+        notes = [*notes, f"a {platform.TOOLKIT.upper()} build of torch registers PT_VERSION only"]
     return top.Expected(
         values=values,
         complete=bool(pt),
@@ -147,7 +149,7 @@ def image_validators(engine: ContainerEngine, image: str, gpu: str = "auto") -> 
     if probe and probe.get("torch"):
         if probe.get("error"):
             notes.append(f"torch in the image said: {printable(probe['error'], 300)}")
-        kind = "rocm" if probe.get("hip") else "cuda" if probe.get("cuda") else "cpu"
+        kind = kinds.from_torch_versions(probe).NAME
         torch = printable(probe["torch"], 100)  # what the image printed: text for a line, never a control
         return _from_versions(kind, torch, f"torch {torch} in {image} (no GPU)", notes)
     manifest = _read_manifest(engine, image)
@@ -158,7 +160,7 @@ def image_validators(engine: ContainerEngine, image: str, gpu: str = "auto") -> 
         return _from_versions(manifest.platform.kind, manifest.torch.version, source, notes)
     labels = _require_image(engine, image).labels or {}
     if "io.imagebuild.torch" in labels:
-        kind = "rocm" if "rocm" in labels.get("io.imagebuild.platform", "") else "cuda"
+        kind = kinds.from_platform_name(labels.get("io.imagebuild.platform", "")).NAME
         return _from_versions(kind, labels["io.imagebuild.torch"], f"the labels of {image}", notes)
     why = f" (torch in the image said: {printable(probe['error'], 300)})" if probe and probe.get("error") else ""
     raise ConfigError(f"cannot tell which torch {image!r} holds: no importable torch, manifest or labels{why}")
