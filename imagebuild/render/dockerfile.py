@@ -25,6 +25,7 @@ from imagebuild.matrix.arches import Resolution
 from imagebuild.matrix.fields import excerpt
 from imagebuild.plan.target_plan import COMMITTED_DIR, TargetPlan, image_ref, plan_for
 from imagebuild.render import platforms
+from imagecontract import kinds
 from imagecontract.atomic import write_atomic
 from imagecontract.blob import MissingFile, read_bounded
 
@@ -250,7 +251,7 @@ def _context(plan: TargetPlan, sets: dict[str, tuple[str, str]] | None = None) -
             "arch_env": dict(stages["torch-build"].arch_env) if "torch-build" in stages else {},
             "build_requires": list(build.build_requires),
             "companions": build.companions,
-            "constraints": _constraints(target) if platform.kind != "cpu" else [],
+            "constraints": _constraints(target) if kinds.platform(platform.kind).VENDOR is not None else [],
             "obtain": build.obtain,
             "index_url": build.index_url,
             "find_links": "build/wheelhouse" if build.find_links else None,
