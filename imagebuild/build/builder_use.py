@@ -106,8 +106,11 @@ def doctor_facts(engine: Engine, settings: Settings, name: str, legs: list[tuple
     """What `doctor --builder NAME` says: the nodes (endpoint, BuildKit version, platforms) and the node of each
     leg (target, OCI platform). A configured kubernetes builder buildx does not know yet: its create commands."""
     config = settings.builders.get(name)
-    try:
-        builder = builders.inspect(engine, name)
+    try:  # a configured remote builder is made in buildx as configured (buildx's own record; no daemon changes)
+        if config is not None and config.driver == "remote":
+            builder = builders.ensure(engine, name, config)
+        else:
+            builder = builders.inspect(engine, name)
     except ConfigError as exc:
         if config is None:
             raise
