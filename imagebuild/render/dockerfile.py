@@ -222,7 +222,7 @@ def _context(plan: TargetPlan, sets: dict[str, tuple[str, str]] | None = None) -
     runtime = _runtime_context(target)
     if runtime is not None and "builder_ref" in runtime:
         runtime["builder_ref"] = lock_stages.pinned_ref(plan.root, runtime["builder_ref"])
-    if runtime is not None and runtime["kind"] == "tgi":  # git requirements of the locked server set, by commit
+    if runtime is not None and isinstance(target.runtime, TgiRuntime):  # the server set's git requirements, by commit
         runtime["vcs"] = lock_stages.vcs_requirements(plan.root, target, "runtime-server")
     entrypoint, cmd = _entrypoint_and_cmd(target)
     sets = _locked_sets(plan) if sets is None else sets
