@@ -14,7 +14,9 @@ from imagebuild.lock import lockfile, pipsets
 from imagebuild.matrix import load_matrix
 
 REPO = Path(__file__).resolve().parents[1]
-TARGETS = ["rocm6.1-torch2.3", "cuda12.1-torch2.3", "local-cpu", "cuda13.0-torch2.14"]
+# vLLM on TheRock-era ROCm, one image per GPU family (issue 32 item 1)
+ROCM_FAMILIES = [f"rocm7.14-{f}-torch2.12" for f in ("gfx942", "gfx950", "gfx110x", "gfx1151", "gfx120x")]
+TARGETS = ["rocm6.1-torch2.3", "cuda12.1-torch2.3", "local-cpu", "cuda13.0-torch2.14", *ROCM_FAMILIES]
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -35,7 +37,7 @@ def test_every_target_names_images_git_and_pip_inputs(matrix) -> None:
     for target in TARGETS:
         kinds = {item.kind for item in found.values() if any(u.startswith(f"{target} ") for u in item.users)}
         assert {"image", "pip"} <= kinds, target
-        if target not in ("local-cpu", "cuda13.0-torch2.14"):  # those two are made of wheels: no git source
+        if target not in ("local-cpu", "cuda13.0-torch2.14", *ROCM_FAMILIES):  # made of wheels: no git source
             assert "git" in kinds, target
     keys = set(found)
     assert "image:rust:1.78.0-bookworm" in keys  # the Rust builder
@@ -174,3 +176,18 @@ def test_a_locked_image_digest_puts_the_from_line_on_that_digest(tmp_path: Path,
     assert f"FROM rust:1.78.0-bookworm@{digest} AS runtime-build" in dockerfile
     local = (root / "dockerfiles" / "local-cpu" / "Dockerfile").read_text()
     assert "local/debian:bookworm AS " in local and "local/debian:bookworm@" not in local  # never by a local ID
+
+
+@pytest.mark.parametrize("target", ROCM_FAMILIES)
+def test_rocm_family_inputs_are_pinned_or_unreachable_with_the_reason(doc, target) -> None:
+    """Issue 32: every input of a ROCm 7.14 family target is locked, or unresolved saying why: torch (and with it
+    the ROCm wheels it requires) from AMD's index, which does not answer here; the runtime set after it."""
+    keys = doc["targets"][target]["linux/amd64"]
+    entries = {key: doc["inputs"][key] for key in keys}
+    assert {key for key, entry in entries.items() if entry["status"] == "locked"} == {f"pip:{target}@linux/amd64:base"}
+    torch = entries[f"pip:{target}@linux/amd64:torch"]
+    assert torch["status"] == "unresolved" and "repo.amd.com" in torch["why"], torch
+    assert torch["spec"]["requirements"] == ["torch==2.12.0+rocm7.14.0"]
+    runtime = entries[f"pip:{target}@linux/amd64:runtime"]
+    assert runtime["status"] == "unresolved" and f"pip:{target}@linux/amd64:torch" in runtime["why"]
+    assert entries["image:ubuntu:24.04"]["status"] == "unresolved" and entries["image:ubuntu:24.04"]["why"]

@@ -12,13 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from imagebuild.errors import ConfigError
 from imagebuild.matrix import json_schema, load_matrix
 from imagebuild.render import dockerfile as render
 
 REPO = Path(__file__).resolve().parents[1]
 
 GOLDEN = REPO / "tests" / "golden"
-TARGETS = ["rocm6.1-torch2.3", "cuda12.1-torch2.3", "local-cpu", "cuda13.0-torch2.14"]
+# vLLM on TheRock-era ROCm, one image per GPU family (issue 32 item 1)
+ROCM_FAMILIES = [f"rocm7.14-{f}-torch2.12" for f in ("gfx942", "gfx950", "gfx110x", "gfx1151", "gfx120x")]
+TARGETS = ["rocm6.1-torch2.3", "cuda12.1-torch2.3", "local-cpu", "cuda13.0-torch2.14", *ROCM_FAMILIES]
 
 
 @pytest.fixture(scope="module")
@@ -241,3 +244,29 @@ def test_matrix_list_json(cli) -> None:
         "flash-attention-rotary",
         "flash-attention-layer-norm",
     ]
+
+
+@pytest.mark.parametrize(
+    ("target", "arches", "extra_index"),
+    [
+        ("rocm7.14-gfx942-torch2.12", "gfx942", "vllm-cdna"),
+        ("rocm7.14-gfx950-torch2.12", "gfx950", "vllm-cdna"),
+        ("rocm7.14-gfx110x-torch2.12", "gfx1100;gfx1101", "vllm-rdna"),
+        ("rocm7.14-gfx1151-torch2.12", "gfx1151", "vllm-rdna"),
+        ("rocm7.14-gfx120x-torch2.12", "gfx1200;gfx1201", "vllm-rdna"),
+    ],
+)
+def test_rocm_family_images_carry_their_arches_and_indexes(matrix, target, arches, extra_index) -> None:
+    """Issue 32: one image per GPU family: torch 2.12.0+rocm7.14.0 from AMD's index, the family's vLLM build from
+    AMD's CDNA or RDNA index (an extra index: its dependencies stay PyPI's), the family's arches in the final stage;
+    `--arch` another family's arch is refused (its platform has none of them)."""
+    rendered = render.render_target(matrix, matrix.target(target))
+    stages = _stages(rendered.files["Dockerfile"])
+    assert "--index-url https://repo.amd.com/rocm/whl-multi-arch/ torch==2.12.0+rocm7.14.0" in stages["torch-amd64"]
+    index = f"--extra-index-url https://rocm.frameworks.amd.com/whl-multi-arch/{extra_index}/ "
+    assert index in stages["venv-amd64"] and "vllm==0.23.1.dev1+rocm7.14.0" in stages["venv-amd64"]
+    assert f'PYTORCH_ROCM_ARCH="{arches}"' in stages["final"]
+    assert 'HSA_NO_SCRATCH_RECLAIM="1"' in stages["final"]
+    other = "gfx1201" if arches.startswith("gfx9") else "gfx942"
+    with pytest.raises(ConfigError):
+        matrix.target(target).resolve(other, env={})

@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from imagebuild.matrix.fields import Program
+from imagebuild.matrix.fields import Program, Url
 from imagebuild.matrix.runtime_pip import PipRuntime
 
 
@@ -31,6 +31,11 @@ class VllmRuntime(PipRuntime):
         default=900,
         ge=1,
         description="Seconds the smoke suite waits for health (CUDA graph capture and torch.compile on first start).",
+    )
+    index_url: Url | None = Field(
+        default=None,
+        description="An index the packages come from besides PyPI (pip's --extra-index-url): AMD's ROCm builds of "
+        "vLLM (issue 32); unset: PyPI alone.",
     )
 
     @model_validator(mode="after")

@@ -48,6 +48,7 @@ def _platform_context(plan: TargetPlan, locked: dict[str, str]) -> dict[str, Any
         },
         "requirements": getattr(runtime, "requirements", None),  # a pip runtime's file (else: locked["runtime"])
         "packages": list(getattr(runtime, "packages", None) or []),
+        "extra_index": getattr(runtime, "index_url", None),  # a vllm runtime's index besides PyPI (AMD's ROCm builds)
         "manifest_path": plan.manifest_path,
         "labels": plan.labels,
         "locked": locked,
