@@ -27,11 +27,16 @@ def _placed(matrix, name: str, oci: str = "linux/amd64"):
     return for_oci(matrix.target(name), matrix.model.oci_platforms, oci)
 
 
+def _label(matrix, name: str) -> dict:
+    dockerfile = (REPO / "dockerfiles" / name / "Dockerfile").read_text()
+    return json.loads(stages.label(REPO, _placed(matrix, name), dockerfile)[stages.LABEL])
+
+
 def test_the_build_label_names_the_lock_and_what_it_left_unpinned(matrix) -> None:
-    cpu = json.loads(stages.label(REPO, _placed(matrix, "local-cpu"))[stages.LABEL])
+    cpu = _label(matrix, "local-cpu")
     lock = json.loads((REPO / "matrix.lock.json").read_text())
     assert cpu["unlocked"] == [] and len(cpu["sha256"]) == 64  # local bases count as pinned (recorded as local)
-    rocm = json.loads(stages.label(REPO, _placed(matrix, "rocm6.1-torch2.3"))[stages.LABEL])
+    rocm = _label(matrix, "rocm6.1-torch2.3")
     expected = sorted(
         k for k in lock["targets"]["rocm6.1-torch2.3"]["linux/amd64"] if lock["inputs"][k]["status"] == "unresolved"
     )
@@ -63,9 +68,9 @@ def test_an_image_with_one_unhashed_pip_step_is_not_called_fully_locked(matrix) 
 def test_the_seed_labels_name_the_steps_the_lock_cannot_hash_yet(matrix) -> None:
     """rocm6.1-torch2.3: the torch source build's requirements, the built wheel's requirements and
     pytorch-triton-rocm (GitHub and download.pytorch.org do not answer here); the server steps are hashed."""
-    rocm = json.loads(stages.label(REPO, _placed(matrix, "rocm6.1-torch2.3"))[stages.LABEL])
+    rocm = _label(matrix, "rocm6.1-torch2.3")
     assert [s.split(":")[0] for s in rocm["unhashed"]] == ["torch-build", "torch", "torch"]
-    cuda = json.loads(stages.label(REPO, _placed(matrix, "cuda12.1-torch2.3"))[stages.LABEL])
+    cuda = _label(matrix, "cuda12.1-torch2.3")
     assert [s.split(":")[0] for s in cuda["unhashed"]] == ["torch"]
 
 

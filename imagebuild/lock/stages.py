@@ -104,19 +104,13 @@ def unlocked(root: Path, target: Target) -> tuple[str | None, list[str]]:
 LABEL = "io.imagebuild.lock"
 
 
-def label(root: Path, target: Target, dockerfile: str | None = None) -> dict[str, str]:
+def label(root: Path, target: Target, dockerfile: str) -> dict[str, str]:
     """The build label recording the lock the image was built from: its sha256, the inputs it left unpinned and
-    the pip steps of the Dockerfile built (the committed one when not given) that were not from a hashed set."""
+    the pip steps of dockerfile (the one the build runs) that were not from a hashed set."""
     import json
 
     from imagebuild.lock import pipsteps
 
-    if dockerfile is None:
-        from imagebuild.plan.target_plan import COMMITTED_DIR
-        from imagecontract.blob import read_bounded
-
-        path = root / COMMITTED_DIR / target.name / "Dockerfile"
-        dockerfile = read_bounded(path, 16 << 20, what="a rendered Dockerfile").decode("utf-8", "replace")
     sha, missing = unlocked(root, target)
     record = {"sha256": sha, "unlocked": missing, "unhashed": pipsteps.unhashed(dockerfile)}
     return {LABEL: json.dumps(record, separators=(",", ":"), sort_keys=True)}
