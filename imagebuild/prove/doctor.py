@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from imagecontract import kinds
-from imagecontract.driver import DeviceNode, Gpu, Identity, min_driver, nodes_for, nvidia_smi_query
+from imagecontract.driver import DeviceNode, Gpu, Identity, Query, min_driver, nodes_for, nvidia_smi_query
 from imagecontract.driver import driver_version as kernel_driver_version
 from imagecontract.targets import TargetError, covers, parse_list
 from imagecontract.text import printable
@@ -82,6 +82,8 @@ class HostFacts:
 
     def driver_check(self) -> tuple[str, str] | None:
         """The image's min_driver against this host's driver: the check the preflight and the smoke suite run."""
+        if self.min_driver and self.platform.VENDOR is None:
+            return "skip", f"no GPU driver on this host: min_driver {self.min_driver} not checked"
         return min_driver(self.min_driver, self.version, self.platform.LABEL)
 
     def verdict(self) -> str:
@@ -99,9 +101,10 @@ def driver_version(root: Path, kind: str) -> str | None:
     return kinds.for_gpu(kind).driver_line(root)
 
 
-def gather(root: Path = Path("/"), who: Identity | None = None) -> HostFacts:
+def gather(root: Path = Path("/"), who: Identity | None = None, query: Query = nvidia_smi_query) -> HostFacts:
+    """This host's driver facts (`root`, `who` and the NVIDIA `query` are replaced by simulated ones in tests)."""
     kind = kinds.detect_driver(root)
-    gpus = kind.gpus(root, nvidia_smi_query)
+    gpus = kind.gpus(root, query)
     facts = HostFacts(
         kind.SMOKE_GPU,
         kind.driver_line(root),
