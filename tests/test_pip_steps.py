@@ -39,6 +39,9 @@ ALLOWED = {
 }
 
 
+ALLOWED_KEYS = sorted({f"pip:{target}@linux/amd64:{key}" for (target, _, key) in ALLOWED})
+
+
 @pytest.fixture(scope="module")
 def matrix():
     return load_matrix(REPO / "matrix.yaml")
@@ -237,3 +240,27 @@ def test_the_source_builds_sets_resolve_through_a_mirror_and_say_why_without_one
     entries, _ = resolve.lock(inputs, None, resolve.Options(limit=5))
     for key in ("pip:t@linux/amd64:torch", "pip:t@linux/amd64:torch:requires"):
         assert entries[key]["status"] == "unresolved" and "git.invalid" in entries[key]["why"]
+
+
+def test_once_the_lock_pins_the_torch_sets_no_seed_step_resolves_live(tmp_path: Path, cli) -> None:
+    """What render writes when the lock holds the sets this machine cannot resolve (a host that reaches GitHub and
+    download.pytorch.org, or --git-mirror): the torch build's requirements, the built wheel's requirements (the
+    wheel then goes in --no-deps and pip check proves the set complete), pytorch-triton-rocm and the CUDA torch
+    wheel all install by hash, and no pip step of either seed Dockerfile is live."""
+    root = _copy_repo(tmp_path)
+    doc = json.loads((root / lockfile.LOCK_NAME).read_text())
+    stand_in = doc["inputs"]["pip:rocm6.1-torch2.3@linux/amd64:component-vllm-rocm"]  # any locked set's pins
+    for key in ALLOWED_KEYS:
+        entry = doc["inputs"][key]
+        entry.pop("why")
+        entry.update(status="locked", packages=stand_in["packages"], requirements=stand_in["requirements"])
+    (root / lockfile.LOCK_NAME).write_text(json.dumps(doc))
+    result = cli("--matrix", str(root / "matrix.yaml"), "render", "rocm6.1-torch2.3", "cuda12.1-torch2.3")
+    assert result.exit_code == 0, result.stderr
+    for target in ("rocm6.1-torch2.3", "cuda12.1-torch2.3"):
+        dockerfile = (root / "dockerfiles" / target / "Dockerfile").read_text()
+        assert [s.describe() for s in pipsteps.steps(dockerfile) if s.kind == "live"] == [], target
+    rocm = (root / "dockerfiles" / "rocm6.1-torch2.3" / "Dockerfile").read_text()
+    assert "&& pip install --no-deps /tmp/torch-wheels/torch-*.whl \\\n    && pip check\n" in rocm
+    for name in ("torch-build", "torch-requires", "torch-pytorch-triton-rocm"):
+        assert (root / "dockerfiles" / "rocm6.1-torch2.3" / "requirements" / f"{name}.txt").is_file(), name
