@@ -21,7 +21,14 @@ REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden"
 # vLLM on TheRock-era ROCm, one image per GPU family (issue 32 item 1)
 ROCM_FAMILIES = [f"rocm7.14-{f}-torch2.12" for f in ("gfx942", "gfx950", "gfx110x", "gfx1151", "gfx120x")]
-TARGETS = ["rocm6.1-torch2.3", "cuda12.1-torch2.3", "local-cpu", "cuda13.0-torch2.14", *ROCM_FAMILIES]
+TARGETS = [
+    "rocm6.1-torch2.3",
+    "cuda12.1-torch2.3",
+    "local-cpu",
+    "cuda13.0-torch2.14",
+    "cuda13.0-torch2.14.1-sglang",
+    *ROCM_FAMILIES,
+]
 
 
 @pytest.fixture(scope="module")

@@ -122,7 +122,7 @@ def test_the_locked_sets_pin_vllm_torch_and_cuda_wheels_once_each(lock, oci: str
     sets = {stage: lock["inputs"][f"pip:{TARGET}@{oci}:{stage}"] for stage in ("base", "torch", "runtime")}
     for stage, entry in sets.items():
         assert entry["status"] == "locked", stage
-        assert entry["spec"]["platform"] == f"{machine}-manylinux_2_28" and entry["spec"]["python"] == "3.11"
+        assert entry["spec"]["platform"] == f"{machine}-manylinux_2_36" and entry["spec"]["python"] == "3.11"
         for pkg in entry["packages"]:
             assert pkg["files"] and all(re.fullmatch(r"[0-9a-f]{64}", f["sha256"]) for f in pkg["files"]), pkg
     versions = {stage: {name_of(p["name"]): p["version"] for p in e["packages"]} for stage, e in sets.items()}

@@ -143,7 +143,13 @@ def _torch_inputs(target: Target, prefix: str, base_key: str) -> list[Input]:
         version = target.torch.version + (f"+{build.local_version}" if build.local_version else "")
         where = f"{prefix} stage torch: {torch_where} (torch {version} and its requirements)"
         reqs = [f"torch=={version}"]
-        return [_pip(torch_key, reqs, py, plat, where, index_url=build.index_url, find_links=build.find_links)]
+        item = _pip(torch_key, reqs, py, plat, where, index_url=build.index_url, find_links=build.find_links)
+        runtime = target.runtime
+        if isinstance(runtime, PipRuntime) and runtime.requirements is None and runtime.packages:
+            # torch's requirements pinned as a resolution with the runtime's packages pins them (cuda-bindings
+            # 13.5.0 alone, 13.4.4 beside sglang 0.5.23's cuda-python): the later set then resolves over them
+            item.spec["resolved_with"] = list(runtime.packages)
+        return [item]
     assert build.source is not None
     where = f"{prefix} stage torch-build: {torch_where}.build_requires and the torch source's requirements.txt"
     source = {"git": build.source.git, "commit": build.source.commit, "file": "requirements.txt"}

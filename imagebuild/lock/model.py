@@ -142,6 +142,8 @@ class PipSpec(Strict):
     after: Annotated[list[Key], _items(64)]
     torch: Version | None
     from_source: FromSource | None
+    # the later set's packages this one was resolved beside (torch's set of a vllm/sglang target), when any
+    resolved_with: Annotated[list[SpecRequirement], _items(1000)] | None = None
 
 
 # ---- entries: a spec, a status and the pin ----

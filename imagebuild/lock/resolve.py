@@ -153,9 +153,15 @@ def _pip(
         if source.get("package"):
             package_dir = gitsrc.export(repo, source["commit"], source["package"], work / "src", options.limit)
             extras = source.get("extras")
+    earlier = {pipsets.name_of(line) for line in constraints}
+    if spec.get("resolved_with"):
+        # the versions a resolution with the later set's packages picks, as constraints of this set's own resolution
+        joint = pipsets.resolve(spec, [*requirements, *spec["resolved_with"]], constraints, options.resolve_limit)
+        constraints += [
+            f"{p['name']}=={p['version']}" for p in joint["packages"] if pipsets.name_of(p["name"]) not in earlier
+        ]
     entry = pipsets.resolve(spec, requirements, constraints, options.resolve_limit, package_dir, extras)
     # what an earlier set installs stays that set's: pinned the same (the constraints), never installed twice
-    earlier = {pipsets.name_of(line) for line in constraints}
     kept = [p for p in entry["packages"] if pipsets.name_of(p["name"]) not in earlier]
     if len(kept) != len(entry["packages"]):
         entry = {**entry, "packages": kept, "requirements": pipsets.requirements_text(kept)}

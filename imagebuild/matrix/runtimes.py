@@ -22,6 +22,7 @@ from imagebuild.matrix.fields import (
 )
 from imagebuild.matrix.runtime_pip import PipRuntime as PipRuntime
 from imagebuild.matrix.runtime_pip import RuntimeLimits as RuntimeLimits
+from imagebuild.matrix.runtime_sglang import SglangRuntime as SglangRuntime
 from imagebuild.matrix.runtime_vllm import VllmRuntime as VllmRuntime
 from imagebuild.matrix.sources import Source, Strict
 
@@ -105,7 +106,7 @@ class TgiRuntime(Strict):
         return self
 
 
-# The runtime kinds, registered here: tgi above, pip and vllm in modules of their own.
+# The runtime kinds, registered here: tgi above, pip, vllm and sglang in modules of their own.
 
-Runtime = Annotated[TgiRuntime | PipRuntime | VllmRuntime, Field(discriminator="kind")]
-RUNTIME_KINDS = ("tgi", "pip", "vllm")
+Runtime = Annotated[TgiRuntime | PipRuntime | VllmRuntime | SglangRuntime, Field(discriminator="kind")]
+RUNTIME_KINDS = ("tgi", "pip", "vllm", "sglang")

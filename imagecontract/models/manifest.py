@@ -111,7 +111,7 @@ class Runtime(Model):
     OMIT_NONE: ClassVar[tuple[str, ...]] = ("source", "requirements", "limits")
 
     name: str
-    kind: Literal["tgi", "pip", "vllm"]
+    kind: Literal["tgi", "pip", "vllm", "sglang"]
     entrypoint: str
     serve: list[str] = doc("argv that serves a local model; {model} and {port} are replaced")
     health: str = doc("HTTP path that answers 200 once the server can generate")
