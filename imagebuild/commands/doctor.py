@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import tarfile
@@ -22,44 +21,44 @@ MANIFEST = "/opt/imagebuild/manifest.json"
 MAX_MANIFEST_TAR = 16 << 20  # the manifest is a few KB; its tar archive from the engine is bounded by this
 
 
-def image_arches(obj: dict[str, object], given: str) -> tuple[str, list[str], str | None]:
-    """The image's arches from its manifest (gpu_arches + experimental_arches), copied out of a created, never
-    started container (no python3 needed in the image); the io.imagebuild.arches label when it has none."""
-    from docker.errors import DockerException, NotFound
-
-    from imagebuild.engine.docker import docker_client, resolve_image
+def image_arches(obj: dict[str, object], given: str) -> tuple[str, list[str], str | None, str | None]:
+    """The image's arches from its manifest (gpu_arches + experimental_arches) and its platform.min_driver, copied
+    out of a created, never started container (no python3 needed in the image); the io.imagebuild.arches label
+    (and no min_driver) when it has none."""
+    from imagebuild.engine.docker import resolve_image
+    from imagebuild.engine.interface import EngineError
+    from imagebuild.engine.sdk import docker_engine
     from imagebuild.plan.keys import target_names
 
     matrix_path = Path(str(obj["matrix_path"]))
     root = matrix_path.resolve().parent if matrix_path.exists() else Path.cwd()
-    client = docker_client()
-    _, image, _ = resolve_image(client, given, target_names(matrix_path), root)
+    engine = docker_engine()
+    _, image, _ = resolve_image(engine, given, target_names(matrix_path), root)
     labels = image.labels or {}
-    container = client.api.create_container(image.id, command=["true"], entrypoint=[], network_disabled=True)
     try:
-        stream, _ = client.api.get_archive(container["Id"], MANIFEST)
-        archive = bytearray()
-        for chunk in stream:  # the image's file: bounded before it is read whole
-            archive += chunk
-            if len(archive) > MAX_MANIFEST_TAR:
-                raise ValueError(f"the archive of {MANIFEST} is larger than {MAX_MANIFEST_TAR >> 20} MiB")
-        with tarfile.open(fileobj=io.BytesIO(bytes(archive))) as tar:
-            member = tar.extractfile(tar.getmembers()[0])
-            data = json.loads(member.read(MAX_MANIFEST_TAR) if member else b"{}")
+        raw = engine.read_file(image.id, MANIFEST, MAX_MANIFEST_TAR)  # the image's file: bounded before it is read
+        if raw is None:
+            label = labels.get("io.imagebuild.arches", "")
+            arches = [a for a in label.split(";") if a and a != "none"]
+            return (
+                str(image.id),
+                arches,
+                f"{MANIFEST} not in the image: arches from its label ({label or 'none'})",
+                None,
+            )
+        data = json.loads(raw)
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
         lists = [data.get(key, []) for key in ("gpu_arches", "experimental_arches")]
         if not all(isinstance(items, list) and all(isinstance(a, str) for a in items) for items in lists):
             raise ValueError("gpu_arches and experimental_arches must be lists of strings")
-        return str(image.id), [a for items in lists for a in items], None
-    except NotFound:
-        label = labels.get("io.imagebuild.arches", "")
-        arches = [a for a in label.split(";") if a and a != "none"]
-        return str(image.id), arches, f"{MANIFEST} not in the image: arches from its label ({label or 'none'})"
-    except (DockerException, ValueError, tarfile.TarError) as exc:
+        platform = data.get("platform")
+        minimum = platform.get("min_driver") if isinstance(platform, dict) else None
+        if minimum is not None and not isinstance(minimum, str):
+            raise ValueError("platform.min_driver must be a string")
+        return str(image.id), [a for items in lists for a in items], None, minimum
+    except (EngineError, ValueError, tarfile.TarError) as exc:
         raise ConfigError(f"cannot read {MANIFEST} from {given}: {printable(exc, 300)}") from None
-    finally:
-        client.api.remove_container(container["Id"], force=True, v=True)  # and the image's VOLUME's volume
 
 
 def engine_report(require: tuple[str, ...]) -> dict[str, object]:
@@ -113,7 +112,7 @@ def command(  # noqa: PLR0913
     nodes = builder_report(obj, builder) if builder else None  # issue 33: JSON under engine.builder
     facts.engine.update({"builder": nodes} if nodes else {})
     if image is not None:
-        image_id, facts.image_arches, note = image_arches(obj, image)
+        image_id, facts.image_arches, note, facts.min_driver = image_arches(obj, image)
         facts.image = image
         facts.notes += [note] if note else []
         facts.notes.append(f"image ID {image_id}")
