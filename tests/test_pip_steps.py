@@ -4,6 +4,7 @@ each such reason is checked against the lock (the exception goes away by itself 
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import subprocess
 from pathlib import Path
@@ -19,9 +20,10 @@ from tests.test_lock import _copy_repo
 
 REPO = Path(__file__).resolve().parents[1]
 
-# (target, stage, the lock key whose set is unresolved) -> why that pip step still resolves from an index. Every
-# exception must name a lock entry that is unresolved with a reason: once `imagebuild lock` pins it, render writes
-# the hashed step and the exception no longer matches anything (the test then fails until it is removed).
+# (target, or a glob of targets; stage; the lock key whose set is unresolved) -> why that pip step still resolves
+# from an index. Every exception must name a lock entry that is unresolved with a reason, for every target it
+# matches: once `imagebuild lock` pins it, render writes the hashed step and the exception matches nothing live (the
+# test then fails until it is removed).
 ALLOWED = {
     ("rocm6.1-torch2.3", "torch-build", "torch"): (
         "the fork's requirements.txt at ceaa1e4a needs github.com/fxmarty/pytorch (not reachable here; its snapshot "
@@ -36,10 +38,18 @@ ALLOWED = {
     ("cuda12.1-torch2.3", "torch", "torch"): (
         "torch 2.3.0+cu121 and its requirements come from download.pytorch.org/whl/cu121, which does not answer here"
     ),
+    ("rocm7.14-*-torch2.12", "torch-amd64", "torch"): (
+        "torch 2.12.0+rocm7.14.0 and the ROCm wheels come from repo.amd.com/rocm/whl-multi-arch, which does not "
+        "answer here (issue 32 item 1)"
+    ),
+    ("rocm7.14-*-torch2.12", "venv-amd64", "runtime"): (
+        "vLLM's set is resolved after the torch set (rocm.frameworks.amd.com besides PyPI), which is not locked"
+    ),
 }
+SEEDS = ("rocm6.1-torch2.3", "cuda12.1-torch2.3")
 
 
-ALLOWED_KEYS = sorted({f"pip:{target}@linux/amd64:{key}" for (target, _, key) in ALLOWED})
+ALLOWED_KEYS = sorted({f"pip:{target}@linux/amd64:{key}" for (target, _, key) in ALLOWED if target in SEEDS})
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +74,7 @@ def _live(target: str, dockerfile: str, doc: dict, oci: str) -> list[str]:
         covered = [
             key
             for (name, stage, key) in ALLOWED
-            if name == target and stage == step.stage
+            if fnmatch.fnmatchcase(target, name) and stage == step.stage
             and doc["inputs"].get(f"pip:{target}@{oci}:{key}", {}).get("status") == "unresolved"
             and doc["inputs"][f"pip:{target}@{oci}:{key}"].get("why")
         ]  # fmt: skip
@@ -95,12 +105,15 @@ def test_a_fresh_render_of_every_target_installs_only_hashed_sets(matrix, doc) -
 def test_each_exception_still_names_a_live_step_of_an_unresolved_set(matrix, doc) -> None:
     """No stale exception: each one matches a live step of the committed Dockerfile, and its lock entry says why
     it is unresolved."""
-    for (target, stage, key), reason in ALLOWED.items():
-        assert reason
-        entry = doc["inputs"][f"pip:{target}@linux/amd64:{key}"]
-        assert entry["status"] == "unresolved" and entry["why"], key
-        steps = pipsteps.steps((REPO / "dockerfiles" / target / "Dockerfile").read_text())
-        assert any(s.stage == stage and s.kind == "live" for s in steps), (target, stage)
+    names = [t.name for t in matrix.targets]
+    for (pattern, stage, key), reason in ALLOWED.items():
+        matched = [name for name in names if fnmatch.fnmatchcase(name, pattern)]
+        assert reason and matched, pattern
+        for target in matched:
+            entry = doc["inputs"][f"pip:{target}@linux/amd64:{key}"]
+            assert entry["status"] == "unresolved" and entry["why"], key
+            steps = pipsteps.steps((REPO / "dockerfiles" / target / "Dockerfile").read_text())
+            assert any(s.stage == stage and s.kind == "live" for s in steps), (target, stage)
 
 
 def test_the_seed_server_steps_install_the_locked_sets(doc) -> None:
