@@ -12,7 +12,8 @@ import shlex
 import sys
 import time
 import traceback
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from imagecontract.atomic import check_output, write_atomic
 from imagecontract.models import SmokeReport
@@ -22,6 +23,9 @@ from smoke import manifest as manifest_mod
 from smoke import report as report_mod
 from smoke import torch_names
 from smoke.result import FAILED, CheckResult
+
+if TYPE_CHECKING:  # smoke.context imports torch: only once torch has imported (main)
+    from smoke.context import Context
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 CHECK_NAMES = ["environment", "silu", "linear", "attention", "tunableop", "runtime"]
@@ -155,7 +159,7 @@ def _finish(args: argparse.Namespace, rep: SmokeReport, results: list[CheckResul
     return EXIT_OK if passed else EXIT_FAILED
 
 
-def _run_one(name: str, fn: Any, ctx: Any) -> CheckResult:
+def _run_one(name: str, fn: Callable[[Context], CheckResult], ctx: Context) -> CheckResult:
     try:
         return fn(ctx)
     except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others

@@ -55,7 +55,7 @@ def _sample(fn: Callable[[], Any], device: torch.device, inner: int) -> float:
             fn()
         end.record()
         end.synchronize()
-        return start.elapsed_time(end) / 1e3 / inner
+        return float(start.elapsed_time(end)) / 1e3 / inner  # milliseconds, unannotated in torch 2.13
     t0 = time.perf_counter()
     for _ in range(inner):
         fn()

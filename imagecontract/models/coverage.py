@@ -8,11 +8,11 @@ label (docs/contracts.md).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal
 
 from imagecontract.models._base import Model, doc
 
-COVERAGE_SCHEMA_VERSION = 1
+COVERAGE_SCHEMA_VERSION: Final = 1  # Final: the Literal[1] that schema_version holds
 Status = Literal["present", "partial", "compatible", "ptx", "absent"]
 
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import ClassVar, Final, Literal
 
 from imagecontract.cuda_fatbin import CELL_KINDS, parse_name
 from imagecontract.models._base import Model, doc
 from imagecontract.targets import canonical, covers, runs_on, split_id
 
-MANIFEST_SCHEMA_VERSION = 1
+MANIFEST_SCHEMA_VERSION: Final = 1  # Final: the Literal[1] that schema_version holds
 
 
 @dataclass

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Final, Literal
 
 from imagecontract.models._base import Model, doc
 
-REPORT_SCHEMA_VERSION = 1
+REPORT_SCHEMA_VERSION: Final = 1  # Final: the Literal[1] that schema_version holds
 Status = Literal["passed", "failed", "skipped"]
 
 

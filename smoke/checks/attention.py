@@ -7,6 +7,7 @@ the image has it.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import secrets
@@ -221,7 +222,7 @@ def _throughput(ctx: Context, res: CheckResult, backends: list[str]) -> None:
             try:
                 with only_backend(backend):
                     t = time_fn(
-                        lambda q=q, k=k, v=v, c=causal: F.scaled_dot_product_attention(q, k, v, is_causal=c),
+                        functools.partial(F.scaled_dot_product_attention, q, k, v, is_causal=causal),
                         dev,
                         iters=iters,
                         warmup=1,

@@ -6,6 +6,7 @@ reading the weight once) and TFLOP/s at prefill.
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections.abc import Callable
 from typing import Any
@@ -98,12 +99,12 @@ def _throughput(ctx: Context, res: CheckResult, op: Callable[..., Any] | None) -
         wbytes = w.numel() * w.element_size()
         for m in perf_m:
             x = torch.randn(m, k, device=dev, dtype=dtype)
-            t = time_fn(lambda x=x, w=w: F.linear(x, w), dev, iters=iters)
+            t = time_fn(functools.partial(F.linear, x, w), dev, iters=iters)
             key = f"M{m}_{n}x{k}"
             res.throughput[f"F.linear_{key}_TBps"] = wbytes / t / 1e12
             floors[f"F.linear_{key}"] = (wbytes / copy) / t
             if op is not None:
-                t_op = time_fn(lambda x=x, w=w: op(x, w, None), dev, iters=iters)
+                t_op = time_fn(functools.partial(op, x, w, None), dev, iters=iters)
                 res.throughput[f"skinny_linear_{key}_TBps"] = wbytes / t_op / 1e12
                 floors[f"skinny_linear_{key}"] = (wbytes / copy) / t_op
                 res.numbers.setdefault("skinny_vs_F.linear", {})[key] = t / t_op

@@ -6,6 +6,7 @@ Outputs land in NaN-poisoned memory so a kernel that skips elements (odd sizes, 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -50,7 +51,8 @@ def run(ctx: Context) -> CheckResult:
     op = op_for_check(ctx, res, "silu_and_mul")
     seed = secrets.randbelow(2**31)  # fresh inputs every run; the seed is recorded to replay a failure
     res.numbers["seed"] = seed
-    cases = [("F.silu", lambda x: F.silu(x), ref_silu, 1)]
+    cases: list[tuple[str, Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor], torch.Tensor], int]]
+    cases = [("F.silu", F.silu, ref_silu, 1)]
     if op is not None:
         cases.append(("silu_and_mul", op, ref_silu_and_mul, 2))
     for fname, fn, ref_fn, width_mult in cases:

@@ -30,6 +30,14 @@ def _gemms() -> list[torch.Tensor]:
     return outs
 
 
+def _rows(rows: object) -> list[list[str]]:
+    """get_results()/get_validators() as text rows. At run time they are lists of tuples; torch 2.13 annotates them
+    as one tuple (torch/cuda/tunable.py lines 297 and 302), so the rows are taken as whatever iterables they are."""
+    if not isinstance(rows, list | tuple):
+        raise TypeError(f"TunableOp rows are a {type(rows).__name__}, not a list")
+    return [[str(f) for f in row] for row in rows]
+
+
 def main(argv: list[str]) -> dict[str, Any]:
     mode, path = argv[0], argv[1]
     tun = torch.cuda.tunable
@@ -49,8 +57,8 @@ def main(argv: list[str]) -> dict[str, Any]:
         )
     if mode == "tune" and hasattr(tun, "write_file"):
         out["write_file"] = bool(tun.write_file())
-    out["results"] = [[str(f) for f in row] for row in tun.get_results()]
-    out["validators"] = [[str(f) for f in row] for row in tun.get_validators()]
+    out["results"] = _rows(tun.get_results())
+    out["validators"] = _rows(tun.get_validators())
     if mode != "tune" and hasattr(tun, "read_file"):
         out["read_file"] = bool(tun.read_file(path))
     out["filename"] = tun.get_filename()
