@@ -1,9 +1,11 @@
 """Whether TGI enables flash and paged attention, held against what the image manifest promised.
 
-TGI decides at import time and only logs a warning when it cannot: text_generation_server/models/__init__.py
-(huggingface/text-generation-inference@232e8d52, lines 50-87) sets FLASH_ATTENTION to False when any flash
-model module fails to import, and the server then falls back to slower model classes. The flash modules import
-utils/flash_attn.py (triton and flash_attn_2_cuda, and a visible GPU), utils/paged_attention.py (vllm._C) and the
+TGI decides at import time: text_generation_server/models/__init__.py (huggingface/text-generation-inference@232e8d52,
+lines 50-87) logs a warning and sets FLASH_ATTENTION to False when any flash model module fails to import. At that
+commit the server then imports the shared flash stack again outside any try (server.py:17-20, through
+models/flash_mistral.py), so a missing compiled module stops it at start; only a failure no server import repeats
+(fused_moe of Mixtral and DBRX) leaves it serving on slower classes (docs/upstream-fidelity.md). The flash modules
+import utils/flash_attn.py (triton and flash_attn_2_cuda, and a visible GPU), utils/paged_attention.py (vllm._C) and the
 layers (vllm._custom_C on ROCm; rotary_emb and dropout_layer_norm on CUDA). This module asks the registry, and
 when a promised path is off, imports those modules again to name what is missing.
 
