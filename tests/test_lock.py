@@ -190,4 +190,34 @@ def test_rocm_family_inputs_are_pinned_or_unreachable_with_the_reason(doc, targe
     assert torch["spec"]["requirements"] == ["torch==2.12.0+rocm7.14.0"]
     runtime = entries[f"pip:{target}@linux/amd64:runtime"]
     assert runtime["status"] == "unresolved" and f"pip:{target}@linux/amd64:torch" in runtime["why"]
+    assert runtime["spec"]["extra_index_url"].startswith("https://rocm.frameworks.amd.com/whl-multi-arch/vllm-")
+    assert "extra_index_url" not in entries[f"pip:{target}@linux/amd64:base"]["spec"]  # PyPI alone
     assert entries["image:ubuntu:24.04"]["status"] == "unresolved" and entries["image:ubuntu:24.04"]["why"]
+
+
+def test_check_remote_asks_a_sets_extra_index_first(tmp_path) -> None:
+    """An unlocked set whose packages come from an extra index (AMD's vLLM builds) is `unreachable` when that index
+    does not answer, though its primary index does (was: "index answers", from an index that holds no such build).
+    The primary is a real HTTP server on loopback serving a simple-API page; the extra index a closed loopback port."""
+    import functools
+    import http.server
+    import threading
+
+    from imagebuild.lock import remote
+
+    (tmp_path / "simple" / "vllm").mkdir(parents=True)
+    (tmp_path / "simple" / "vllm" / "index.html").write_text('<a href="vllm-0.1.tar.gz#sha256=00">vllm-0.1</a>\n')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        primary = f"http://127.0.0.1:{server.server_address[1]}/simple"
+        spec = {"requirements": ["vllm==0.23.1"], "index_url": primary, "after": []}
+        entry = {"status": "unresolved", "why": "the set it is installed after is not locked"}
+        ctx = remote._Context(limit=5.0, pages={}, root=tmp_path)
+        assert remote._pip(spec, entry, ctx)[0] == "unlocked"  # the primary answers
+        status, detail = remote._pip({**spec, "extra_index_url": "http://127.0.0.1:1/vllm-rdna/"}, entry, ctx)
+        assert status == "unreachable" and "127.0.0.1:1" in detail, detail
+    finally:
+        server.shutdown()
+        server.server_close()

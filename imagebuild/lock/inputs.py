@@ -183,7 +183,10 @@ def _runtime_inputs(
     if isinstance(runtime, PipRuntime) and runtime.requirements is None:
         where = f"{prefix} stage venv: runtimes.{rname}.packages (after the base and torch sets)"
         after = [base_key, *([torch_key] if torch_key else [])]
-        return [_pip(f"pip:{prefix}:runtime", list(runtime.packages), py, plat, where, after=after)]
+        extra = getattr(runtime, "index_url", None)  # a vllm runtime's index besides PyPI (AMD's ROCm builds)
+        return [
+            _pip(f"pip:{prefix}:runtime", list(runtime.packages), py, plat, where, after=after, extra_index_url=extra)
+        ]
     if isinstance(runtime, PipRuntime):
         assert runtime.requirements is not None
         return [_file(matrix, runtime.requirements, f"runtimes.{rname}.requirements ({oci})")]
@@ -237,6 +240,7 @@ def _pip(
     where: str,
     *,
     index_url: str | None = None,
+    extra_index_url: str | None = None,
     find_links: str | None = None,
     no_deps: bool = False,
     after: list[str] | None = None,
@@ -254,6 +258,8 @@ def _pip(
         "torch": torch,
         "from_source": from_source,
     }
+    if extra_index_url:  # only when set: every other set's spec (and so its lock entry) stays as it was
+        spec["extra_index_url"] = extra_index_url
     return Input(key, "pip", spec, where)
 
 

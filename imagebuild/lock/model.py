@@ -137,6 +137,7 @@ class PipSpec(Strict):
     python: Python
     platform: PyPlatform
     index_url: Url
+    extra_index_url: Url | None = None  # a vllm runtime's AMD index besides PyPI (issue 32)
     find_links: HostPath | None
     no_deps: bool
     after: Annotated[list[Key], _items(64)]

@@ -168,6 +168,8 @@ def _compile(
             cmd.insert(3, f"--find-links={os.environ.get('PIP_FIND_LINKS', spec['find_links'])}")
         if spec.get("no_deps"):
             cmd.insert(3, "--no-deps")
+        if spec.get("extra_index_url"):  # uv prefers it to --index-url for a project both have (first-index)
+            cmd.insert(3, f"--extra-index-url={spec['extra_index_url']}")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_"))}
         env["UV_NO_CONFIG"] = "1"
         try:

@@ -163,7 +163,8 @@ def _pip(spec: dict[str, Any], entry: dict[str, Any], ctx: _Context) -> tuple[st
         try:
             first = (spec["requirements"] or ["pip"])[0]
             project = re.split(r"[=<>!~; \[]", first, maxsplit=1)[0]
-            project_files(spec["index_url"], _normal(project), limit)
+            for index in filter(None, (spec.get("extra_index_url"), spec["index_url"])):
+                project_files(index, _normal(project), limit)  # the extra index first: it holds the first one
         except (FetchError, ValueError) as exc:
             return "unreachable", str(exc)
         return "unlocked", f"index answers; not locked: {entry.get('why', '')[:160]}"
