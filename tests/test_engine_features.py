@@ -8,9 +8,9 @@ import pytest
 
 from imagebuild.engine.docker import image_store
 from imagebuild.engine.features import EngineFacts, vendored_buildkit
+from imagebuild.engine.interface import smoke_ids
 from imagebuild.engine.sdk import pushed_digest
 from imagebuild.errors import ConfigError
-from imagebuild.release.publish import gate_ids
 
 DOCKER20_INFO = 'overlay2|[["Backing Filesystem","extfs"],["Supports d_type","true"],["Native Overlay Diff","true"]]'
 DOCKER26_INFO = 'overlayfs|[["driver-type","io.containerd.snapshotter.v1"]]'
@@ -69,6 +69,6 @@ def test_push_digest_from_either_image_store() -> None:
 
 
 def test_a_staged_image_is_gated_by_config_or_manifest_digest() -> None:
-    assert gate_ids("sha256:config", "sha256:manifest") == ["sha256:config", "sha256:manifest"]
-    assert gate_ids("sha256:same", "sha256:same") == ["sha256:same"]
-    assert gate_ids("sha256:config", None) == ["sha256:config"]
+    assert smoke_ids("sha256:config", "sha256:manifest") == ["sha256:config", "sha256:manifest"]
+    assert smoke_ids("sha256:same", "sha256:same") == ["sha256:same"]
+    assert smoke_ids("sha256:config", None) == ["sha256:config"]

@@ -118,6 +118,12 @@ class Layer:
     created_by: str
 
 
+def smoke_ids(image_id: str, digest: str | None) -> list[str]:
+    """The IDs a smoke report of a staged image may carry: an engine with the containerd image store names an
+    image by its manifest (or index) digest, a graph-driver engine by its config digest (the image ID)."""
+    return [image_id, *([digest] if digest and digest != image_id else [])]
+
+
 @runtime_checkable
 class ContainerEngine(Protocol):
     """The engine as the stages see it. Every method raises EngineError (or a subclass) for the engine's refusals."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from imagebuild.engine.interface import smoke_ids
 from imagebuild.engine.registry import Registry, RegistryError, RepoRef
 from imagebuild.errors import ConfigError, PublishFailed
 from imagebuild.matrix.oci import slug
@@ -27,7 +28,6 @@ from imagebuild.release.ociindex import index_children
 from imagebuild.release.promise import check_promises
 from imagebuild.release.publish import (
     PublishResult,
-    gate_ids,
     promote,
     public_tags,
     publish_image,
@@ -219,7 +219,7 @@ def promote_one(job: Job, source: str) -> None:
     if not wanted:
         raise ConfigError(f"{source} has no io.imagebuild.target label", hint="pass --tag")
     # the ID smoke recorded: the config digest (graph-driver engine) or the manifest digest (containerd store)
-    ids = gate_ids(ref.image_id, ref.digest)
+    ids = smoke_ids(ref.image_id, ref.digest)
     smoked = next((i for i in ids if job.reports.passing(i)), None)
     if smoked is None and ref.digest and (as_index := _smoked_as_index(job, registry, src, ref.digest)) is not None:
         smoked = as_index.report.image_id  # the containerd store's local ID: the one-platform index staged beside

@@ -133,12 +133,6 @@ def public_tags(ref: ImageRef, given: str) -> list[str]:
     return [last.split(":", 1)[1]] if ":" in last and "@" not in given else ["latest"]
 
 
-def gate_ids(image_id: str, digest: str | None) -> list[str]:
-    """The IDs a smoke report of a staged image may carry: an engine with the containerd image store names an
-    image by its manifest (or index) digest, a graph-driver engine by its config digest (the image ID)."""
-    return [image_id, *([digest] if digest and digest != image_id else [])]
-
-
 def record_media_types(result: PublishResult, registry: Registry, repo: RepoRef, digest: str) -> None:
     """Read digest back and record what the registry serves: its media type, each platform child's, attestations.
 
