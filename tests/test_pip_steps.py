@@ -166,6 +166,31 @@ def test_each_pip_call_is_judged(run: str, kind: str) -> None:
     assert (step.kind, step.stage, step.line) == (kind, "s", 2), step.why
 
 
+@pytest.mark.parametrize(
+    ("run", "kinds"),
+    [
+        # a heredoc is not read word by word: a RUN holding one is live when it mentions pip or make
+        (
+            "RUN <<EOF\npip install --no-deps --require-hashes -r /r.txt\nEOF\nRUN pip install --no-deps /w/a.whl",
+            ["live", "local"],
+        ),
+        ("RUN cat <<-'X' > /f\nhello\nX", []),
+        ('RUN ["pip", "install", "--no-deps", "--require-hashes", "-r", "/r.txt"]', ["hashed"]),
+        ('RUN ["pip", "install", "requests"]', ["live"]),
+        ('RUN ["pip", "install", 3]', ["live"]),
+        ("RUN sh -c 'pip install requests'", ["live"]),
+        ('RUN bash -c "pip install --no-deps --require-hashes -r /r.txt" && pip check', ["hashed"]),
+        (
+            'RUN sh -c "sh -c \'sh -c \\"sh -c \\\\\\"sh -c true\\\\\\"\\"\'"',
+            ["live"],
+        ),  # shells nested deeper than MAX_DEPTH
+        ("RUN tr a b <<< 'pip install x' && pip install --no-deps /w/a.whl", ["local"]),  # a here-string
+    ],
+)
+def test_other_run_forms_are_read_or_judged_live(run: str, kinds: list[str]) -> None:
+    assert [s.kind for s in pipsteps.steps(f"FROM x AS s\n{run}\n")] == kinds
+
+
 def test_pip_in_a_quoted_script_or_a_comment_is_not_a_step() -> None:
     dockerfile = (
         "FROM x AS a\n# RUN pip install requests\n"

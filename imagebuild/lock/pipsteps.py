@@ -21,6 +21,7 @@ Anything not understood is `live`: the judgement fails closed.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ GIT_PINNED = re.compile(
 )
 MAX_SHOWN = 200  # characters of a step's command in a label or message
 MAX_STEPS = 1000  # pip steps of one Dockerfile (the real ones have a dozen)
+MAX_DEPTH = 4  # `sh -c` inside `sh -c` read this deep; deeper is judged live
 # Commands that run pip themselves, and where (a Makefile recipe the Dockerfile cannot show).
 INDIRECT = {("make", "gen-server"): "TGI's server/Makefile gen-server recipe runs pip install"}
 # pip options that take a value (the value is never a requirement); any other option is taken as a flag, so an
@@ -48,6 +50,8 @@ VALUED = {
 PIP_COMMANDS = {"install", "wheel", "download", "sync"}
 LEADING = {"if", "then", "else", "elif", "do", "while", "until", "{", "!", "exec", "env", "time", "command"}
 SEPARATORS = re.compile(r"^[;&|()<>]+$")
+SHELLS = {"sh", "bash", "dash"}
+HEREDOC = re.compile(r"(?<!<)<<(?!<)-?\s*[\"']?([A-Za-z_][A-Za-z0-9_]*)[\"']?")
 
 
 @dataclass(frozen=True)
@@ -85,34 +89,59 @@ def unhashed(dockerfile: str) -> list[str]:
 
 def _instructions(text: str) -> list[tuple[int, str]]:
     """(first line, instruction with its continuations joined) of each instruction; comment lines inside a
-    continued instruction dropped, as the Dockerfile parser drops them."""
+    continued instruction dropped, as the Dockerfile parser drops them. A RUN with a heredoc (`<<EOF` ... `EOF`)
+    takes its lines up to the delimiter, kept as lines (_run_steps judges such a RUN as a whole)."""
     out: list[tuple[int, str]] = []
     current: list[str] = []
     start = 0
-    for number, raw in enumerate(text.splitlines(), 1):
+    lines = text.splitlines()
+    index = 0
+    while index < len(lines):
+        raw = lines[index]
+        index += 1
         stripped = raw.strip()
-        if not current and (not stripped or stripped.startswith("#")):
-            continue
-        if current and stripped.startswith("#"):
+        if stripped.startswith("#") or (not current and not stripped):
             continue
         if not current:
-            start = number
+            start = index
         if raw.rstrip().endswith("\\"):
             current.append(raw.rstrip()[:-1])
             continue
         current.append(raw)
-        out.append((start, " ".join(part.strip() for part in current)))
+        joined = " ".join(part.strip() for part in current)
         current = []
+        heredoc = HEREDOC.search(joined) if joined.split(None, 1)[0].upper() == "RUN" else None
+        if heredoc:
+            ends = [i for i in range(index, len(lines)) if lines[i].strip() == heredoc.group(1)]
+            if ends:
+                joined += "\n" + "\n".join(lines[index : ends[0] + 1])
+                index = ends[0] + 1
+        out.append((start, joined))
     if current:
         out.append((start, " ".join(part.strip() for part in current)))
     return out
 
 
-def _run_steps(stage: str, line: int, body: str) -> list[Step]:
+def _run_steps(stage: str, line: int, body: str, depth: int = 0) -> list[Step]:
     words = body.split()
     while words and words[0].startswith("--"):  # RUN's own flags (--mount=..., --network=...)
         words.pop(0)
     shell = body[body.find(words[0]) :] if words else ""
+    if HEREDOC.search(shell):
+        if "pip" in shell or "make" in shell:
+            return [Step(stage, line, _shown(shell), "live", "a heredoc RUN is not read word by word")]
+        return []
+    if shell.startswith("["):  # the exec form: a JSON array of words, no shell
+        try:
+            argv = json.loads(shell)
+        except ValueError:
+            argv = None
+        if isinstance(argv, list) and all(isinstance(w, str) for w in argv):
+            step = _judge(stage, line, argv, {})
+            return [step] if step is not None else []
+        if "pip" in shell or "make" in shell:
+            return [Step(stage, line, _shown(shell), "live", "the RUN's exec form cannot be read")]
+        return []
     try:
         lexer = shlex.shlex(shell, posix=True, punctuation_chars=True)
         lexer.whitespace_split = True
@@ -129,6 +158,13 @@ def _run_steps(stage: str, line: int, body: str) -> list[Step]:
             exported.update(_assignments(words[1:])[0])
             continue
         env = {**exported, **assigned}
+        if words and words[0].rsplit("/", 1)[-1] in SHELLS and "-c" in words[1:-1]:  # sh -c '...': its words too
+            script = words[words.index("-c", 1) + 1]
+            if depth >= MAX_DEPTH:
+                out.append(Step(stage, line, _shown(script), "live", f"shells nested deeper than {MAX_DEPTH}"))
+            else:
+                out += _run_steps(stage, line, script, depth + 1)
+            continue
         step = _judge(stage, line, words, env)
         if step is not None:
             out.append(step)
