@@ -152,15 +152,18 @@ def test_reuse_record_round_trips_through_the_registry_and_refuses_a_failed_smok
         pytest.skip("the loopback registry has no imagebuild-base/debian:bookworm-arm64 (scripts/setup.sh pushes it)")
     digest = registry.copy(base.repo, digest, repo.repo, "staged")  # a staged image of our own
     key = "e" * 64
+    passed = {**PASSED, "image_id": digest}  # smoked on the containerd store: the manifest digest is the image ID
     try:
         assert find_reusable(registry, repo.repo, key) is None
         with pytest.raises(ConfigError, match="did not pass"):
-            record_smoked(registry, repo.repo, key, digest, {**PASSED, "passed": False})
+            record_smoked(registry, repo.repo, key, digest, {**passed, "passed": False})
+        with pytest.raises(ConfigError, match="is for sha256:d"):
+            record_smoked(registry, repo.repo, key, digest, PASSED)  # a passing report of another image
         assert find_reusable(registry, repo.repo, key) is None
-        record_smoked(registry, repo.repo, key, digest, PASSED)
+        record_smoked(registry, repo.repo, key, digest, passed)
         found = find_reusable(registry, repo.repo, key)
         assert found is not None and found.ref == f"{repo.host}/{repo.repo}@{digest}"
-        assert found.report["image_id"] == PASSED["image_id"]
+        assert found.report["image_id"] == digest
         assert find_reusable(registry, repo.repo, "f" * 64) is None  # another key: nothing to reuse
     finally:
         for tag in ("staged", "ik-" + key):

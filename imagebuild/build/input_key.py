@@ -187,12 +187,17 @@ class Reusable:
 
 
 def record_smoked(registry: Registry, repo: str, key: str, digest: str, report: dict[str, Any]) -> str:
-    """Tag `ik-<key>` in repo: an index of the staged image `digest` carrying its passing smoke report."""
+    """Tag `ik-<key>` in repo: an index of the staged image `digest` carrying its passing smoke report of that image
+    (its image ID the staged config digest or manifest digest: engine.interface.smoke_ids)."""
+    from imagebuild.engine.interface import smoke_ids
     from imagecontract.models.smoke_report import SmokeReport
 
     refusal = SmokeReport.from_dict(report).refusal()
     if refusal is not None:
         raise ConfigError(f"input key {key[:12]}: the smoke report did not pass: {refusal}")
+    config_digest, _ = registry.config(repo, digest)
+    if report.get("image_id") not in smoke_ids(config_digest, digest):  # the staged image is the one that was smoked
+        raise ConfigError(f"input key {key[:12]}: the smoke report is for {report.get('image_id')}, not {digest}")
     body, media_type = registry.manifest(repo, digest)
     index = {
         "schemaVersion": 2,
