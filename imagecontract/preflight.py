@@ -162,7 +162,7 @@ def check(
                     f"{', '.join(arches) or 'no GPU'}; {_instead(target, device.split(':')[0])}",
                 )
             )
-    findings += _driver(platform, kind, root)
+    findings += _driver(platform, kind, root) if isinstance(platform, dict) else []
     for node in nodes_for(root, kind.device_paths(gpus), who):
         if not node.exists:
             findings.append(Finding("refuse", f"{node.path} is not in the container: run it with {flags}"))

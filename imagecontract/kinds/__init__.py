@@ -8,6 +8,7 @@ engine device flags, doctor, the report) and the image (preflight, smoke), so it
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from imagecontract.kinds import cpu, cuda, rocm
@@ -51,7 +52,7 @@ def detect_driver(root: Path = Path("/")) -> PlatformKind:
     return next((kind for kind in GPU_KINDS if kind.driver_present(root)), NO_GPU)
 
 
-def from_torch_versions(versions: dict[str, object]) -> PlatformKind:
+def from_torch_versions(versions: Mapping[str, object]) -> PlatformKind:
     """The kind of a torch build from its torch.version attributes (hip set -> rocm, cuda set -> cuda, else cpu)."""
     return next((kind for kind in GPU_KINDS if kind.TORCH_VERSION and versions.get(kind.TORCH_VERSION)), NO_GPU)
 

@@ -7,26 +7,27 @@ from pathlib import Path
 
 from imagecontract.driver import Gpu, Query
 from imagecontract.kinds.base import DeviceFlags
+from imagecontract.targets import Vendor
 
-NAME = "cpu"
+NAME: str = "cpu"
 ARCH = "cpu"  # what a CPU image's rows, smoke jobs, reports and attention tables carry where a GPU's arch would be
-VENDOR = None
-ROW_VENDOR = "cpu"
-LABEL = "CPU"
-TOOLKIT = "CPU"
-ARCH_VARIABLE = None
-TORCH_VERSION = None
-SMOKE_GPU = "none"
-DEVICE = DeviceFlags()
-RUN_HINT = ""
-REQUIRED_NODE = None
-ARCH_ALWAYS_KNOWN = False
-OVERRIDE_VARIABLE = None
+VENDOR: Vendor | None = None
+ROW_VENDOR: str = "cpu"
+LABEL: str = "CPU"
+TOOLKIT: str = "CPU"
+ARCH_VARIABLE: str | None = None
+TORCH_VERSION: str | None = None
+SMOKE_GPU: str = "none"
+DEVICE: DeviceFlags = DeviceFlags()
+RUN_HINT: str = ""
+REQUIRED_NODE: str | None = None
+ARCH_ALWAYS_KNOWN: bool = False
+OVERRIDE_VARIABLE: str | None = None
 VISIBLE_VARIABLES: tuple[str, ...] = ()
-DRIVER_FILE = None
+DRIVER_FILE: str | None = None
 DRIVER_VERSION: re.Pattern[str] | None = None
-K8S_RESOURCE = None
-TUNABLEOP_NEEDS_GPU = False  # a CPU build of torch runs no TunableOp
+K8S_RESOURCE: str | None = None
+TUNABLEOP_NEEDS_GPU: bool = False  # a CPU build of torch runs no TunableOp
 
 
 def device_present(root: Path) -> bool:

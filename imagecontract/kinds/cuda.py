@@ -7,26 +7,29 @@ from pathlib import Path
 
 from imagecontract.driver import Gpu, Query, cuda_gpus, first_line
 from imagecontract.kinds.base import DeviceFlags
+from imagecontract.targets import Vendor
 
-NAME = "cuda"
-VENDOR = "nvidia"
-ROW_VENDOR = "nvidia"
-LABEL = "NVIDIA"
-TOOLKIT = "CUDA"
-ARCH_VARIABLE = "TORCH_CUDA_ARCH_LIST"
-TORCH_VERSION = "cuda"
-SMOKE_GPU = NAME
-DEVICE = DeviceFlags(ipc_host=True, all_gpus=True)  # --gpus all: the NVIDIA container toolkit adds the nodes
-RUN_HINT = "--gpus all"
-REQUIRED_NODE = None
-ARCH_ALWAYS_KNOWN = False  # /proc/driver/nvidia names GPUs without their arch when nvidia-smi is absent
-OVERRIDE_VARIABLE = None
-VISIBLE_VARIABLES = ("CUDA_VISIBLE_DEVICES",)
-DRIVER_FILE = "proc/driver/nvidia/version"
+NAME: str = "cuda"
+VENDOR: Vendor | None = "nvidia"
+ROW_VENDOR: str = "nvidia"
+LABEL: str = "NVIDIA"
+TOOLKIT: str = "CUDA"
+ARCH_VARIABLE: str | None = "TORCH_CUDA_ARCH_LIST"
+TORCH_VERSION: str | None = "cuda"
+SMOKE_GPU: str = NAME
+# --gpus all: the NVIDIA container toolkit adds the device nodes
+DEVICE: DeviceFlags = DeviceFlags(ipc_host=True, all_gpus=True)
+RUN_HINT: str = "--gpus all"
+REQUIRED_NODE: str | None = None
+ARCH_ALWAYS_KNOWN: bool = False  # /proc/driver/nvidia names GPUs without their arch when nvidia-smi is absent
+OVERRIDE_VARIABLE: str | None = None
+VISIBLE_VARIABLES: tuple[str, ...] = ("CUDA_VISIBLE_DEVICES",)
+_VERSION_FILE = "proc/driver/nvidia/version"
+DRIVER_FILE: str | None = _VERSION_FILE
 # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  ..." / "... Open Kernel Module for x86_64  550.54.14 ..."
-DRIVER_VERSION: re.Pattern[str] | None = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
-K8S_RESOURCE = "nvidia.com/gpu"
-TUNABLEOP_NEEDS_GPU = False  # a CUDA build of torch registers PT_VERSION only
+DRIVER_VERSION: re.Pattern[str] | None = re.compile(r"Kernel Module(?: for \S+)?\s+([0-9]+(?:\.[0-9]+)+)", re.ASCII)
+K8S_RESOURCE: str | None = "nvidia.com/gpu"
+TUNABLEOP_NEEDS_GPU: bool = False  # a CUDA build of torch registers PT_VERSION only
 
 
 def device_present(root: Path) -> bool:
@@ -50,7 +53,7 @@ def device_paths(gpus: list[Gpu]) -> list[str]:
 
 
 def driver_line(root: Path) -> str | None:
-    return first_line(root / DRIVER_FILE)
+    return first_line(root / _VERSION_FILE)
 
 
 def run_flags(nodes: list[str], groups: list[int]) -> list[str]:

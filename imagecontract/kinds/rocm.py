@@ -7,31 +7,33 @@ from pathlib import Path
 
 from imagecontract.driver import TOPOLOGY, Gpu, Query, first_line, rocm_gpus
 from imagecontract.kinds.base import DeviceFlags
+from imagecontract.targets import Vendor
 
-NAME = "rocm"
-VENDOR = "amd"
-ROW_VENDOR = "amd"
-LABEL = "AMD"
-TOOLKIT = "ROCm"
-ARCH_VARIABLE = "PYTORCH_ROCM_ARCH"
-TORCH_VERSION = "hip"
-SMOKE_GPU = NAME
+NAME: str = "rocm"
+VENDOR: Vendor | None = "amd"
+ROW_VENDOR: str = "amd"
+LABEL: str = "AMD"
+TOOLKIT: str = "ROCm"
+ARCH_VARIABLE: str | None = "PYTORCH_ROCM_ARCH"
+TORCH_VERSION: str | None = "hip"
+SMOKE_GPU: str = NAME
 # The README's flags for CI runners: both nodes, the video group, no seccomp filter (HIP's IPC), host IPC.
-DEVICE = DeviceFlags(
+DEVICE: DeviceFlags = DeviceFlags(
     devices=("/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"),
     group_add=("video",),
     security_opt=("seccomp=unconfined",),
     ipc_host=True,
 )
-RUN_HINT = "--device /dev/kfd --device /dev/dri"
-REQUIRED_NODE = "/dev/kfd"
-ARCH_ALWAYS_KNOWN = True  # the KFD topology always says gfx_target_version
-OVERRIDE_VARIABLE = "HSA_OVERRIDE_GFX_VERSION"
-VISIBLE_VARIABLES = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
-DRIVER_FILE = "sys/module/amdgpu/version"  # DKMS builds of amdgpu; in-tree kernels have none
-DRIVER_VERSION: re.Pattern[str] | None = re.compile(r"\A\s*(\d+(?:\.\d+)+)")
-K8S_RESOURCE = "amd.com/gpu"
-TUNABLEOP_NEEDS_GPU = True  # the ROCm validators (HIPBLASLT_VERSION, ...) need the image's torch on a GPU
+RUN_HINT: str = "--device /dev/kfd --device /dev/dri"
+REQUIRED_NODE: str | None = "/dev/kfd"
+ARCH_ALWAYS_KNOWN: bool = True  # the KFD topology always says gfx_target_version
+OVERRIDE_VARIABLE: str | None = "HSA_OVERRIDE_GFX_VERSION"
+VISIBLE_VARIABLES: tuple[str, ...] = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+_VERSION_FILE = "sys/module/amdgpu/version"
+DRIVER_FILE: str | None = _VERSION_FILE  # DKMS builds of amdgpu; in-tree kernels have none
+DRIVER_VERSION: re.Pattern[str] | None = re.compile(r"\A\s*([0-9]+(?:\.[0-9]+)+)", re.ASCII)
+K8S_RESOURCE: str | None = "amd.com/gpu"
+TUNABLEOP_NEEDS_GPU: bool = True  # the ROCm validators (HIPBLASLT_VERSION, ...) need the image's torch on a GPU
 
 
 def device_present(root: Path) -> bool:
@@ -57,7 +59,7 @@ def device_paths(gpus: list[Gpu]) -> list[str]:
 
 def driver_line(root: Path) -> str | None:
     """amdgpu's module version (DKMS builds; in-tree kernels have none), else how the driver is there."""
-    version = root / DRIVER_FILE
+    version = root / _VERSION_FILE
     if version.is_file():
         return "amdgpu " + (first_line(version) or "(version unreadable)")
     return "amdgpu (in-tree)" if (root / "sys/module/amdgpu").is_dir() else "amdkfd"
