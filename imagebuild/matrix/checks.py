@@ -217,7 +217,7 @@ def check_oci_references(model: MatrixModel, fail: Fail) -> None:
         for section, used, known in names:
             for name in used:
                 if name not in known:
-                    where = ("oci_platforms", oci, section, name)
+                    where: KeyPath = ("oci_platforms", oci, section, name)
                     raise fail(where, f"unknown {section} entry '{name}'", list(known), name)
         for key, kinds in rules.torch.items():
             for kind in kinds:

@@ -57,7 +57,8 @@ class _BoundedLoader(yaml.SafeLoader):
         self.depth += 1
         try:
             if self.depth > MAX_DEPTH:
-                mark = self.peek_event().start_mark
+                # types-PyYAML leaves Parser.peek_event unannotated (yaml-stubs/parser.pyi)
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
                 raise ConfigError(f"{_where(self.file, mark)}: nested deeper than {MAX_DEPTH} levels")
             return super().compose_node(parent, index)
         finally:

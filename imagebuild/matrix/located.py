@@ -70,7 +70,7 @@ def _tag(model: type[BaseModel]) -> str:
 def _describe_validation(exc: ValidationError, pos: _Positions, file: Path) -> ConfigError:
     messages: list[str] = []
     for error in exc.errors(include_url=False):
-        loc: KeyPath = tuple(p for p in error["loc"] if isinstance(p, str | int))
+        loc: KeyPath = tuple(error["loc"])
         path = _walk(loc)[0]
         kind = error["type"]
         if kind == "extra_forbidden":

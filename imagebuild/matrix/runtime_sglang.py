@@ -25,7 +25,7 @@ class SglangRuntime(PipRuntime):
 
     kind: Literal["sglang"] = Field(description="sglang: SGLang's OpenAI-compatible server, from PyPI wheels.")  # type: ignore[assignment]
     entrypoint: Program = Field(default="sglang", description="The runtime's main program (on PATH in the image).")
-    api: Literal["openai"] = Field(default="openai", description="Request flavour: openai (/v1/completions).")  # type: ignore[assignment]
+    api: Literal["openai"] = Field(default="openai", description="Request flavour: openai (/v1/completions).")
     startup_timeout_s: int = Field(
         default=900,
         ge=1,

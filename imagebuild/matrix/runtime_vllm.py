@@ -26,7 +26,7 @@ class VllmRuntime(PipRuntime):
 
     kind: Literal["vllm"] = Field(description="vllm: vLLM's OpenAI-compatible server, from PyPI wheels.")  # type: ignore[assignment]
     entrypoint: Program = Field(default="vllm", description="The runtime's main program (on PATH in the image).")
-    api: Literal["openai"] = Field(default="openai", description="Request flavour: openai (/v1/completions).")  # type: ignore[assignment]
+    api: Literal["openai"] = Field(default="openai", description="Request flavour: openai (/v1/completions).")
     startup_timeout_s: int = Field(
         default=900,
         ge=1,

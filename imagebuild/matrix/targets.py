@@ -12,7 +12,7 @@ from pathlib import Path
 from imagebuild.errors import ConfigError
 from imagebuild.matrix import arches
 from imagebuild.matrix.checks import Fail, check_group, check_oci_references, check_sections, locator
-from imagebuild.matrix.fields import ArchForm, excerpt
+from imagebuild.matrix.fields import ArchForm, ArchVariable, excerpt
 from imagebuild.matrix.loader import KeyPath, _Positions, format_path
 from imagebuild.matrix.models import Combo, Component, MatrixModel, Platform, TargetGroup, Torch, TorchBuild, TunableOp
 from imagebuild.matrix.oci_rules import BASELINE
@@ -83,7 +83,7 @@ class Target:
         )
 
 
-def _vars_for(vendor: str | None, wanted: dict[str, ArchForm]) -> tuple[tuple[str, ArchForm], ...]:
+def _vars_for(vendor: str | None, wanted: dict[ArchVariable, ArchForm]) -> tuple[tuple[str, ArchForm], ...]:
     """The arch variables of this vendor only: a ROCm stage never gets TORCH_CUDA_ARCH_LIST."""
     return tuple((name, form) for name, form in wanted.items() if arches.ARCH_VARIABLES[name][0] == vendor)
 
