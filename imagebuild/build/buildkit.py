@@ -114,7 +114,7 @@ def command(spec: BuildSpec, engine: Engine) -> list[str]:
         raise ConfigError("--builder needs docker buildx", hint=f"{engine.client} runs BuildKit without buildx")
     argv += ["-f", str(spec.dockerfile), "--iidfile", str(spec.iidfile)] + (["--no-cache"] if spec.no_cache else [])
     argv += ["--platform", spec.platform] if spec.platform else []
-    for tag in spec.tags:
+    for tag in [] if spec.staging else spec.tags:  # a pushed leg gets its tags where it is pulled (pull)
         argv += ["-t", tag]
     for key, value in sorted(spec.build_args.items()):
         argv += ["--build-arg", f"{key}={value}"]
