@@ -124,9 +124,12 @@ def main() -> None:
             took = time.monotonic() - t0
             downloaded += size
             site = work / "site"
+            with zipfile.ZipFile(whl) as zf:  # what pip writes: every member unpacked (byte code not counted)
+                unpacked = sum(info.file_size for info in zf.infolist())
             shared = _unpack(whl, site)
             whl.unlink()
-            row = {"name": name, "version": version, "file": f["file"], "bytes": size, "download_s": round(took, 2)}
+            row = {"name": name, "version": version, "file": f["file"], "bytes": size, "unpacked_bytes": unpacked}
+            row["download_s"] = round(took, 2)
             if shared:
                 raw = scan_root(site, ",".join(ARCHES))
                 raw_meta = {k: v for k, v in raw.items() if k != "libraries"}
@@ -161,6 +164,7 @@ def main() -> None:
         "seconds": round(time.monotonic() - started, 1),
         "load_average": os.getloadavg(),
         "downloaded_bytes": downloaded,
+        "unpacked_bytes": sum(w["unpacked_bytes"] for w in wheels),
         "download_mb_per_s": round(downloaded / 1e6 / max(sum(w["download_s"] for w in wheels), 0.001), 1),
         "wheels": wheels,
         "verdicts": verdicts,
