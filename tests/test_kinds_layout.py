@@ -15,6 +15,7 @@ import sys
 import typing
 from pathlib import Path
 
+from imagebuild.matrix.runtime_kind import RuntimeKind
 from imagebuild.matrix.runtimes import Runtime
 from imagecontract import kinds
 
@@ -26,12 +27,16 @@ def _rel(path: str | None) -> str:
     return Path(str(path)).resolve().relative_to(REPO).as_posix()
 
 
+def runtime_models() -> tuple[type, ...]:
+    """The matrix model of every runtime kind, read off the registration (the `Runtime` union)."""
+    return typing.get_args(typing.get_args(Runtime)[0])
+
+
 def runtime_kinds() -> dict[str, str]:
-    """Runtime kind name -> the module of its matrix model, read off the registration (the `Runtime` union)."""
-    union = typing.get_args(Runtime)[0]
+    """Runtime kind name -> the module of its matrix model."""
     out = {}
-    for model in typing.get_args(union):
-        (name,) = typing.get_args(model.model_fields["kind"].annotation)
+    for model in runtime_models():
+        (name,) = typing.get_args(model.model_fields["kind"].annotation)  # type: ignore[attr-defined]
         out[name] = _rel(sys.modules[model.__module__].__file__)
     return out
 
@@ -116,3 +121,13 @@ def test_every_kind_has_a_home_and_every_other_meaning_is_still_there() -> None:
         files = sorted((REPO / where).rglob("*.py")) if where.endswith("/") else [REPO / where]
         found = set().union(*(spelled(f.read_text(encoding="utf-8")) for f in files))
         assert strings <= found, f"{where} no longer spells {sorted(strings - found)} ({why}): drop it from the list"
+
+
+def test_every_runtime_kind_answers_the_runtime_questions() -> None:
+    """How to serve, health, the API flavour, limits (imagebuild/matrix/runtime_kind.py), for each registered kind."""
+    questions = [name for name in dir(RuntimeKind) if not name.startswith("_")]
+    assert set(questions) == {"kind", "entrypoint", "serve", "serve_env", "health", "api", "startup_timeout_s",
+                              "serve_limits"}  # fmt: skip
+    for model in runtime_models():
+        fields = model.model_fields  # type: ignore[attr-defined]
+        assert [q for q in questions if q not in fields and not callable(getattr(model, q, None))] == [], model

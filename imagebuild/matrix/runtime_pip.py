@@ -62,6 +62,10 @@ class PipRuntime(Strict):
         ),
     )
 
+    def serve_limits(self) -> RuntimeLimits | None:
+        """The matrix's `limits`: the guard in front of the runtime enforces them."""
+        return self.limits
+
     @model_validator(mode="after")
     def _one_source(self) -> PipRuntime:
         if (self.requirements is None) == (not self.packages):

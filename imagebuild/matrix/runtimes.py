@@ -93,6 +93,10 @@ class TgiRuntime(Strict):
         description="Which components TGI's flash / paged attention need.",
     )
 
+    def serve_limits(self) -> RuntimeLimits | None:
+        """None: TGI's launcher bounds requests itself (its own options), no guard in front."""
+        return None
+
     @model_validator(mode="after")
     def _builder_has_toolchain(self) -> TgiRuntime:
         tag = self.builder_image.rpartition(":")[2]

@@ -4,8 +4,9 @@ arch resolution. The target plan holds it; render writes it next to the Dockerfi
 
 from __future__ import annotations
 
-from imagebuild.matrix import PipRuntime, Source, Target, TgiRuntime
+from imagebuild.matrix import Source, Target, TgiRuntime
 from imagebuild.matrix.arches import Resolution
+from imagebuild.matrix.runtime_kind import RuntimeKind
 from imagecontract import kinds
 from imagecontract.models import manifest as model
 from imagecontract.models.manifest import MANIFEST_SCHEMA_VERSION, Manifest
@@ -90,11 +91,11 @@ def manifest(target: Target, resolution: Resolution) -> Manifest:
 GUARD = "/opt/imagebuild/smoke/serve_guard.py"
 
 
-def _serve_argv(runtime: TgiRuntime | PipRuntime) -> list[str]:
+def _serve_argv(runtime: RuntimeKind) -> list[str]:
     """The argv that serves: the runtime's own, or, when the matrix gives limits the runtime has no options for,
     the guard on `{port}` with the runtime behind it on the port the guard picks (`{upstream_port}`)."""
     own = [runtime.entrypoint, *runtime.serve]
-    limits = getattr(runtime, "limits", None)
+    limits = runtime.serve_limits()
     if limits is None:
         return own
     return [
@@ -125,8 +126,9 @@ def _runtime_manifest(target: Target, resolution: Resolution) -> model.Runtime |
         section.attention = tgi_attention_promises(target, resolution)
     else:
         section.requirements = runtime.requirements
-        if runtime.limits is not None:
-            section.limits = model.RuntimeLimits.from_dict(runtime.limits.model_dump())
+        limits = runtime.serve_limits()
+        if limits is not None:
+            section.limits = model.RuntimeLimits.from_dict(limits.model_dump())
         section.attention = {}  # a pip runtime makes no flash / paged promises
     return section
 
