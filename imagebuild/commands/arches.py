@@ -7,16 +7,18 @@ With `--arch` and no target named, the targets whose platform builds one of thos
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import click
 
 from imagebuild.commands.common import echo_json, matrix_from
 from imagebuild.errors import ConfigError
+from imagebuild.matrix import Matrix, Target
 from imagebuild.matrix.arches import name_notes, targets_for_arch
 from imagebuild.plan.target_plan import resolve_plan
 
 
-def _plan_data(matrix, target, arch_arg: str | None, allow_experimental: bool) -> dict[str, object]:
+def _plan_data(matrix: Matrix, target: Target, arch_arg: str | None, allow_experimental: bool) -> dict[str, object]:
     plan = resolve_plan(matrix, target, arch_arg, os.environ, allow_experimental)
     data = plan.resolution.as_dict()
     data["source"] = plan.source
@@ -25,7 +27,7 @@ def _plan_data(matrix, target, arch_arg: str | None, allow_experimental: bool) -
     return data
 
 
-def _echo_text(data: dict) -> None:
+def _echo_text(data: dict[str, Any]) -> None:  # _plan_data's document, as JSON would hold it
     click.echo(f"{data['target']}: {';'.join(data['arches']) or '(no GPU)'}  [from {data['source']}]")
     for name, comp in data["components"].items():
         state = "included" if comp["included"] else f"LEFT OUT: {comp['reason']}"

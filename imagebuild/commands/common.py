@@ -27,7 +27,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 def matrix_from(ctx: click.Context) -> Matrix:
     """The matrix named by the top-level --matrix option, loaded once per invocation."""
     root = ctx.find_root()
-    cached = root.obj.get("matrix")
+    cached: Matrix | None = root.obj.get("matrix")
     if cached is None:
         cached = root.obj["matrix"] = load_matrix(root.obj["matrix_path"])
     return cached

@@ -8,10 +8,10 @@ import click
 
 from imagebuild.commands.common import echo_json, matrix_from
 from imagebuild.matrix import Matrix, Target, json_schema
-from imagebuild.plan.target_plan import plan_for
+from imagebuild.plan.target_plan import PlanSummary, plan_for
 
 
-def target_summary(matrix: Matrix, target: Target) -> dict[str, object]:
+def target_summary(matrix: Matrix, target: Target) -> PlanSummary:
     """One target's line: read off its default plan (the CI matrix is computed from it)."""
     return plan_for(matrix, target).summary()
 

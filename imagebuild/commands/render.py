@@ -51,8 +51,8 @@ def command(
             f"{len(unpinned)} unpinned source(s) and settings.require_pins is true: "
             + "; ".join(str(u) for u in unpinned)
         )
-    for item in unpinned:
-        warn(f"unpinned: {item}")
+    for source in unpinned:
+        warn(f"unpinned: {source}")
     plans = [
         _plan(matrix, on_oci(matrix, target, oci), arch_arg, allow_experimental, out_dir)
         for target in selected

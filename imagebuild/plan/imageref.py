@@ -48,21 +48,20 @@ class ImageRef:
         return data
 
     @classmethod
-    def from_dict(cls, data: Any) -> ImageRef | None:
+    def from_dict(cls, data: object) -> ImageRef | None:
         """The `image` object of a build, smoke or publish report; None when absent or malformed."""
-        if not isinstance(data, dict) or not isinstance(data.get("image_id"), str):
+        if not isinstance(data, dict) or not isinstance(image_id := data.get("image_id"), str):
             return None
         text = {k: data.get(k) if isinstance(data.get(k), str) else None for k in ("target", "repository", "digest")}
-        tags = data.get("tags") if isinstance(data.get("tags"), list) else []
-        refs = data.get("refs") if isinstance(data.get("refs"), list) else []
+        tags, refs = data.get("tags"), data.get("refs")
         return cls(
-            image_id=data["image_id"],
+            image_id=image_id,
             target=text["target"],
-            tags=tuple(str(t) for t in tags),
+            tags=tuple(str(t) for t in tags) if isinstance(tags, list) else (),
             repository=text["repository"],
             digest=text["digest"],
             recorded_by=str(data.get("recorded_by") or "build"),
-            refs=tuple(str(r) for r in refs),
+            refs=tuple(str(r) for r in refs) if isinstance(refs, list) else (),
         )
 
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from imagebuild.errors import ConfigError
 from imagebuild.matrix import TgiRuntime
@@ -32,6 +32,28 @@ COMMITTED_DIR = "dockerfiles"
 RENDER_DIR = "build/render"
 DEFAULT_SOURCES = ("matrix default", "cpu platform")
 # The GPU kind `imagebuild smoke --gpu` takes for each platform kind (the device flags a smoke job needs).
+
+
+class PlanSummary(TypedDict):
+    """One target's entry of `matrix list --json` (TargetPlan.summary)."""
+
+    name: str
+    oci_platform: str
+    oci_platforms: list[str]
+    platform: str
+    kind: str
+    platform_version: str | None
+    torch: str
+    torch_obtained: str
+    arches: list[str]
+    arch_list: str
+    platform_arches: list[str]
+    components: list[str]
+    not_for_this_platform: list[str]
+    runtime: str | None
+    dockerfile: str
+    stages: list[str]
+    smoke: list[dict[str, str]]
 
 
 @dataclass(frozen=True)
@@ -135,7 +157,7 @@ class TargetPlan:
                 processors.append(arch.processor)
         return [{"arch": arch, "gpu": gpu} for arch in processors or [kinds.CPU_ARCH]]
 
-    def summary(self) -> dict[str, object]:
+    def summary(self) -> PlanSummary:
         """`matrix list --json`: what CI builds and where it smokes it."""
         target = self.target
         return {
