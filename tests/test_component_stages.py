@@ -29,7 +29,7 @@ def _stages(dockerfile: str) -> dict[str, str]:
     return dict(zip(parts[1::2], parts[2::2], strict=True))
 
 
-LOCKED_INSTALL = "pip install --no-deps --require-hashes -r /tmp/imagebuild-lock/requirements.txt"
+LOCKED_INSTALL = "pip install --no-deps --require-hashes --only-binary=:all: -r /tmp/imagebuild-lock/requirements.txt"
 
 
 def _locked_pins(target_name: str, stage: str) -> set[str]:

@@ -134,9 +134,10 @@ def test_the_seed_server_steps_install_the_locked_sets(doc) -> None:
 @pytest.mark.parametrize(
     ("run", "kind"),
     [
-        ("pip install --no-deps --require-hashes -r /tmp/r.txt", "hashed"),
+        ("pip install --no-deps --require-hashes --only-binary=:all: -r /tmp/r.txt", "hashed"),
+        ("pip install --no-deps --require-hashes -r /tmp/r.txt", "live"),  # an sdist would build with a live backend
         ("PIP_X=1 python3 -m pip install --require-hashes --no-deps --only-binary=:all: -r /tmp/r.txt", "hashed"),
-        ("uv pip install --no-deps --require-hashes -r /tmp/r.txt", "hashed"),
+        ("uv pip install --no-deps --require-hashes --only-binary :all: -r /tmp/r.txt", "hashed"),
         ("pip install --no-deps /wheels/*.whl", "local"),
         ("pip wheel --no-build-isolation --no-deps -w /wheels .", "local"),
         ("PIP_NO_INDEX=1 make gen-server", "no-index"),
@@ -147,14 +148,20 @@ def test_the_seed_server_steps_install_the_locked_sets(doc) -> None:
         ("make gen-server", "live"),
         ("pip install --require-hashes -r /tmp/r.txt", "live"),  # without --no-deps
         ("pip install --no-deps -r /tmp/r.txt", "live"),  # a file without hashes
-        ("pip install --no-deps --require-hashes -r /tmp/r.txt requests", "live"),  # a name besides the file
+        (
+            "pip install --no-deps --require-hashes --only-binary=:all: -r /tmp/r.txt requests",
+            "live",
+        ),  # a name besides the file
         ("pip install --no-deps requests==2.31.0", "live"),
         ("pip install /wheels/torch.whl", "live"),
         ("pip wheel --no-deps -w /wheels .", "live"),  # build isolation: the backend resolves live
         (f"pip wheel --no-deps 'x @ git+https://h.example/x.git@{'a' * 40}'", "live"),
         ("pip wheel --no-deps --no-build-isolation 'x @ git+https://h.example/x.git@main'", "live"),  # a branch
         ("pip install --no-deps --frobnicate requests /wheels/a.whl", "live"),  # an unknown option's value
-        ("pip install --no-deps --require-hashes -r /tmp/r.txt --find-links /w -c /tmp/c.txt", "hashed"),
+        (
+            "pip install --no-deps --require-hashes -r /tmp/r.txt --find-links /w -c /tmp/c.txt --only-binary :all:",
+            "hashed",
+        ),
         ("pip install --no-deps --no-index --find-links https://x.example/ requests", "live"),
         ("PIP_NO_INDEX=1 pip install --no-deps --find-links /w requests", "live"),
         ("pip install 'unbalanced", "live"),
@@ -171,15 +178,16 @@ def test_each_pip_call_is_judged(run: str, kind: str) -> None:
     [
         # a heredoc is not read word by word: a RUN holding one is live when it mentions pip or make
         (
-            "RUN <<EOF\npip install --no-deps --require-hashes -r /r.txt\nEOF\nRUN pip install --no-deps /w/a.whl",
+            "RUN <<EOF\npip install --no-deps --require-hashes --only-binary=:all: -r /r.txt\nEOF\n"
+            "RUN pip install --no-deps /w/a.whl",
             ["live", "local"],
         ),
         ("RUN cat <<-'X' > /f\nhello\nX", []),
-        ('RUN ["pip", "install", "--no-deps", "--require-hashes", "-r", "/r.txt"]', ["hashed"]),
+        ('RUN ["pip", "install", "--no-deps", "--require-hashes", "--only-binary=:all:", "-r", "/r.txt"]', ["hashed"]),
         ('RUN ["pip", "install", "requests"]', ["live"]),
         ('RUN ["pip", "install", 3]', ["live"]),
         ("RUN sh -c 'pip install requests'", ["live"]),
-        ('RUN bash -c "pip install --no-deps --require-hashes -r /r.txt" && pip check', ["hashed"]),
+        ('RUN bash -c "pip install --no-deps --require-hashes --only-binary=:all: -r /r.txt" && pip check', ["hashed"]),
         (
             'RUN sh -c "sh -c \'sh -c \\"sh -c \\\\\\"sh -c true\\\\\\"\\"\'"',
             ["live"],

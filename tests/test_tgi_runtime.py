@@ -113,7 +113,9 @@ def test_server_installed_from_its_locked_set_with_extras(target: str) -> None:
     locked = f"source=dockerfiles/{target}/requirements/runtime-server.txt,target=/tmp/imagebuild-lock/requirements.txt"
     assert locked in final
     installs = re.findall(r"pip install ([^\\\n]+)", final)
-    assert installs[0].strip() == "--no-deps --require-hashes -r /tmp/imagebuild-lock/requirements.txt"
+    assert (
+        installs[0].strip() == "--no-deps --require-hashes --only-binary=:all: -r /tmp/imagebuild-lock/requirements.txt"
+    )
     assert installs[-2:] == [
         "--no-deps /tmp/wheels/runtime-server/vcs/*.whl ",
         "--no-deps /tmp/wheels/runtime-server/*.whl",

@@ -7,8 +7,9 @@ test that scans every rendered Dockerfile (tests/test_pip_steps.py).
 A step is a pip call (`pip`, `pip3`, `python3 -m pip`, `uv pip`) in a RUN instruction, or a command known to run
 one (`make gen-server`: TGI@232e8d52 server/Makefile:13 runs `pip install grpcio-tools==1.51.1 ...`). It is
 
-- `hashed`: `--no-deps --require-hashes` with only `-r` files: pip refuses any line without a sha256, and the
-  set is complete (nothing else is resolved);
+- `hashed`: `--no-deps --require-hashes --only-binary=:all:` with only `-r` files: pip refuses any line without a
+  sha256, the set is complete (nothing else is resolved), and no sdist is built (its build backend would be
+  installed without hashes);
 - `local`: `--no-deps` with only paths (wheels built by an earlier stage, a source folder here): nothing comes
   from an index; a source folder also needs `--no-build-isolation` (else pip installs its build backend live);
 - `git`: `--no-deps --no-build-isolation` with only `name @ git+https://...@<40-hex commit>` (pip cannot hash a
@@ -231,10 +232,13 @@ def _judge(stage: str, line: int, words: list[str], env: dict[str, str]) -> Step
     isolated = "--no-build-isolation" not in flags
     if (no_index_env or "--no-index" in flags) and not values.get("-f"):
         return Step(stage, line, shown, "no-index", "no index: only what is installed or named by path")
-    if subcommand == "sync" and "--require-hashes" in flags and not positionals:
-        return Step(stage, line, shown, "hashed", "uv pip sync of hashed files")
+    wheels_only = ":all:" in values.get("--only-binary", [])
+    if subcommand == "sync" and "--require-hashes" in flags and wheels_only and not positionals:
+        return Step(stage, line, shown, "hashed", "uv pip sync of hashed files, wheels only")
     if no_deps and "--require-hashes" in flags and requirement_files and not positionals and "-e" not in values:
-        return Step(stage, line, shown, "hashed", "every file by sha256, nothing else resolved")
+        if not wheels_only:
+            return Step(stage, line, shown, "live", "a hashed set without --only-binary=:all:: an sdist's backend")
+        return Step(stage, line, shown, "hashed", "every file by sha256, wheels only, nothing else resolved")
     if not no_deps:
         return Step(stage, line, shown, "live", "without --no-deps: dependencies resolve from the index")
     if requirement_files or "-e" in values:

@@ -22,7 +22,7 @@ RUN --mount=type=bind,source=build/render/x/requirements/base.txt,target=/tmp/im
     --mount=type=secret,id=pipcert --mount=type=secret,id=pipindex \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
     && if [ -s /run/secrets/pipindex ]; then PIP_INDEX_URL="$(cat /run/secrets/pipindex)" && export PIP_INDEX_URL; fi \
-    && pip install --no-deps --require-hashes -r /tmp/imagebuild-lock/requirements.txt
+    && pip install --no-deps --require-hashes --only-binary=:all: -r /tmp/imagebuild-lock/requirements.txt
 
 # ---- torch-build: PyTorch 2.3.0+rocm6.1 from source (https://github.com/fxmarty/pytorch 2.3-patched) ----
 FROM base AS torch-build
@@ -128,7 +128,7 @@ RUN --mount=type=bind,source=build/render/x/requirements/component-vllm-rocm.txt
     --mount=type=secret,id=pipcert --mount=type=secret,id=pipindex \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
     && if [ -s /run/secrets/pipindex ]; then PIP_INDEX_URL="$(cat /run/secrets/pipindex)" && export PIP_INDEX_URL; fi \
-    && pip install --no-deps --require-hashes -r /tmp/imagebuild-lock/requirements.txt
+    && pip install --no-deps --require-hashes --only-binary=:all: -r /tmp/imagebuild-lock/requirements.txt
 # Compiled here: the build tree must hold object files, so no prebuilt wheel slipped in.
 RUN --mount=type=cache,target=/root/.cache/ccache \
     --mount=type=cache,target=/root/.cache/pip \
@@ -191,13 +191,13 @@ RUN --mount=type=bind,source=build/render/x/requirements/gen-server.txt,target=/
     --mount=type=secret,id=pipcert --mount=type=secret,id=pipindex \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
     && if [ -s /run/secrets/pipindex ]; then PIP_INDEX_URL="$(cat /run/secrets/pipindex)" && export PIP_INDEX_URL; fi \
-    && pip install --no-deps --require-hashes -r /tmp/imagebuild-lock/requirements.txt
+    && pip install --no-deps --require-hashes --only-binary=:all: -r /tmp/imagebuild-lock/requirements.txt
 RUN --mount=type=bind,source=build/render/x/requirements/server-build.txt,target=/tmp/imagebuild-lock/requirements.txt \
     --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=pipcert --mount=type=secret,id=pipindex \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
     && if [ -s /run/secrets/pipindex ]; then PIP_INDEX_URL="$(cat /run/secrets/pipindex)" && export PIP_INDEX_URL; fi \
-    && pip install --no-deps --require-hashes -r /tmp/imagebuild-lock/requirements.txt
+    && pip install --no-deps --require-hashes --only-binary=:all: -r /tmp/imagebuild-lock/requirements.txt
 # The server wheel, built without isolation (its backend is the locked one), and a wheel of each git requirement the
 # locked server set keeps verbatim (pip cannot hash a VCS requirement: each is pinned by its commit). The final
 # stage installs the locked set, then these wheels, all with --no-deps: nothing there resolves.
@@ -247,7 +247,7 @@ RUN --mount=type=bind,from=component-imagebuild-kernels,source=/wheels,target=/t
     --mount=type=secret,id=pipcert --mount=type=secret,id=pipindex \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
     && if [ -s /run/secrets/pipindex ]; then PIP_INDEX_URL="$(cat /run/secrets/pipindex)" && export PIP_INDEX_URL; fi \
-    && pip install --no-deps --require-hashes -r /tmp/imagebuild-lock/requirements.txt \
+    && pip install --no-deps --require-hashes --only-binary=:all: -r /tmp/imagebuild-lock/requirements.txt \
     && pip install --no-deps /tmp/wheels/component-imagebuild-kernels/*.whl /tmp/wheels/component-vllm-rocm/*.whl \
     && pip install --no-deps /tmp/wheels/runtime-server/vcs/*.whl \
     && pip install --no-deps /tmp/wheels/runtime-server/*.whl
