@@ -145,8 +145,12 @@ def _torch_inputs(target: Target, prefix: str, base_key: str) -> list[Input]:
         reqs = [f"torch=={version}"]
         item = _pip(torch_key, reqs, py, plat, where, index_url=build.index_url, find_links=build.find_links)
         runtime = target.runtime
-        beside = isinstance(runtime, PipRuntime) and runtime.requirements is None and runtime.packages
-        if beside and getattr(runtime, "index_url", None) is None:
+        if (
+            isinstance(runtime, PipRuntime)
+            and runtime.requirements is None
+            and runtime.packages
+            and getattr(runtime, "index_url", None) is None
+        ):
             # torch's requirements pinned as a resolution with the runtime's packages pins them (cuda-bindings
             # 13.5.0 alone, 13.4.4 beside sglang 0.5.23's cuda-python): the later set then resolves over them. A
             # runtime from an index of its own (AMD's vLLM builds) is not resolvable from torch's: resolved after.
