@@ -73,7 +73,7 @@ def documents(ev: Evidence, bench_dir: Path) -> list[tuple[Path, BenchDocument]]
     """bench_dir/*.json that hold a kernel benchmark (a `skinny_linear` list), by name, each checked."""
     if not bench_dir.is_dir():
         return []
-    out = []
+    out: list[tuple[Path, BenchDocument]] = []
     paths = sorted(bench_dir.glob("*.json"))
     for path in paths:
         doc = ev.json(path, track=False)

@@ -63,7 +63,7 @@ class Evidence:
     warnings: list[str] = field(default_factory=list)
     unreadable: set[Path] = field(default_factory=set)  # there, but not read or not JSON: never written over
     _cache: dict[Path, Any] = field(default_factory=dict)
-    _checked: dict[tuple[Path, type], Any] = field(default_factory=dict)
+    _checked: dict[tuple[Path, type], dict[str, Any] | None] = field(default_factory=dict)
 
     @property
     def build_dir(self) -> Path:

@@ -49,7 +49,7 @@ def normalize(text: str) -> str:
 
 def _feature_forms(proc: str) -> list[str]:
     """Every target ID of an AMD processor: bare, one feature set, all set (LLVM order)."""
-    forms = [[]]
+    forms: list[list[str]] = [[]]
     for feature in sorted(AMD_FEATURES[proc]):
         forms = [f for form in forms for f in (form, [*form, f"{feature}+"], [*form, f"{feature}-"])]
     return [":".join([proc, *form]) for form in forms]

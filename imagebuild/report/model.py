@@ -7,9 +7,9 @@ missing run as a pass. `Page.to_dict()` is the JSON written beside the HTML page
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
-NOT_RUN = "not run"
+NOT_RUN: Final = "not run"  # Final: the Literal a Verdict holds
 Verdict = Literal["passed", "failed", "not run"]
 
 

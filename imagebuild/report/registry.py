@@ -50,7 +50,7 @@ def _children(ref: str, digest: str, warnings: list[str]) -> dict[str, tuple[str
     registry = Registry(repo)
     try:
         children = index_children(registry, repo, digest) or {"": digest}
-        out = {}
+        out: dict[str, tuple[str, str | None]] = {}
         for platform, child in children.items():
             image_id, config = registry.config(repo.repo, child)
             out[platform or f"{config.get('os')}/{config.get('architecture')}"] = (child, image_id)
