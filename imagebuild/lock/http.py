@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
 from urllib.parse import urlparse
 
 import requests
@@ -17,7 +16,8 @@ class FetchError(Exception):
 
 def http_get(url: str, limit: float, accept: str = "") -> tuple[int, str, bytes]:
     """(status, content type, body) of a GET whose whole answer arrives within limit seconds."""
-    outcome: dict[str, Any] = {}
+    answers: list[tuple[int, str, bytes]] = []  # the worker's answer, or
+    errors: list[BaseException] = []  # what it raised
 
     def work() -> None:
         try:
@@ -27,18 +27,18 @@ def http_get(url: str, limit: float, accept: str = "") -> tuple[int, str, bytes]
                     body += chunk
                     if len(body) > MAX_PAGE:
                         raise FetchError(f"{url}: answer larger than {MAX_PAGE} bytes")
-                outcome["answer"] = (r.status_code, r.headers.get("Content-Type", ""), body)
+                answers.append((r.status_code, r.headers.get("Content-Type", ""), body))
         except BaseException as exc:  # handed to the caller's thread
-            outcome["error"] = exc
+            errors.append(exc)
 
     worker = threading.Thread(target=work, name="lock check", daemon=True)
     worker.start()
     worker.join(limit)
     if worker.is_alive():
         raise FetchError(f"{urlparse(url).netloc}: no complete answer within {limit:g} s")
-    error = outcome.get("error")
+    error = errors[0] if errors else None
     if isinstance(error, requests.RequestException):
         raise FetchError(f"{urlparse(url).netloc}: {type(error).__name__}")
     if error is not None:
         raise error
-    return outcome["answer"]
+    return answers[0]

@@ -30,6 +30,7 @@ def manifest(target: Target, resolution: Resolution) -> Manifest:
     the contract's model (written with to_dict(), its schema version the model's)."""
     platform, build = target.platform, target.torch_build
     processors = {t.processor: t.id for t in resolution.arches}
+    attention: dict[str, list[str]]
     if kinds.platform(platform.kind).VENDOR is None:  # no GPU: the CPU's backends, under its arch name
         attention = {kinds.CPU_ARCH: list(build.attention.get(kinds.CPU_ARCH, ["math"]))}
     else:
