@@ -74,7 +74,7 @@ def copied_paths(dockerfile: str) -> list[str]:
             sources = [w for w in words if not w.startswith("--")][:-1]
             found += [s for s in sources if "://" not in s]
         for mount in _BIND.findall(line):
-            fields = dict(item.split("=", 1) for item in mount.split(",") if "=" in item)
+            fields: dict[str, str] = dict(item.split("=", 1) for item in mount.split(",") if "=" in item)
             if fields.get("type") == "bind" and "from" not in fields:
                 found.append(fields.get("source", fields.get("src", ".")))
     return sorted(set(found))
@@ -111,7 +111,7 @@ def _ignored(rel: str, rules: list[tuple[bool, str]]) -> bool:
 
 def context_digests(context: Path, paths: list[str]) -> dict[str, str]:
     """relative path -> sha256 of each regular file under the copied paths (symlinks: their target text)."""
-    rules, out = _ignore_rules(context), {}
+    rules, out = _ignore_rules(context), dict[str, str]()
     for given in paths:
         base = context / given.lstrip("/")
         matches = sorted(context.glob(given.lstrip("/"))) if any(c in given for c in "*?[") else [base]

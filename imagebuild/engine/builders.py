@@ -32,26 +32,38 @@ if TYPE_CHECKING:
 
 
 class NodeTlsConfig(Protocol):
-    ca: str
-    cert: str
-    key: str
-    server_name: str | None
+    @property
+    def ca(self) -> str: ...
+    @property
+    def cert(self) -> str: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def server_name(self) -> str | None: ...
 
 
 class NodeConfig(Protocol):
     """One node as configured (imagebuild.matrix.builders.BuilderNode: engine/ does not import matrix/)."""
 
-    name: str
-    endpoint: str | None
-    platforms: Sequence[str]
-    tls: NodeTlsConfig | None
-    node_selector: str | None
+    @property
+    def name(self) -> str: ...
+    @property
+    def endpoint(self) -> str | None: ...
+    @property
+    def platforms(self) -> Sequence[str]: ...
+    @property
+    def tls(self) -> NodeTlsConfig | None: ...
+    @property
+    def node_selector(self) -> str | None: ...
 
 
 class BuilderConfig(Protocol):
-    driver: str
-    nodes: Sequence[NodeConfig]
-    namespace: str
+    @property
+    def driver(self) -> str: ...
+    @property
+    def nodes(self) -> Sequence[NodeConfig]: ...
+    @property
+    def namespace(self) -> str: ...
 
 
 ENGINE_DRIVERS = ("docker",)  # the engine's own builder: results load into its image store
@@ -99,7 +111,7 @@ class Builder:
         """The node buildx gives a leg of `platform`: the first that pins it, else the first whose workers list it."""
         pinned = [node for node in self.nodes if platform in node.pinned]
         listed = [node for node in self.nodes if platform in node.platforms]
-        return (pinned or listed or [None])[0]
+        return next(iter(pinned or listed), None)
 
 
 def _buildx(engine: Engine, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -247,10 +259,11 @@ def read_pushed(metadata: Path, staging: str) -> Pushed:
     try:
         with open(metadata, "rb") as handle:
             raw = handle.read(METADATA_LIMIT + 1)
-        doc = json.loads(raw) if len(raw) <= METADATA_LIMIT else None
+        loaded = json.loads(raw) if len(raw) <= METADATA_LIMIT else None
     except (OSError, ValueError) as exc:
         raise BuildFailed(f"the build's metadata {metadata} could not be read: {exc}") from None
-    digest = doc.get("containerimage.digest") if isinstance(doc, dict) else None
+    doc: dict[str, object] = loaded if isinstance(loaded, dict) else {}
+    digest = doc.get("containerimage.digest")
     if not isinstance(digest, str) or not _DIGEST.match(digest):
         raise BuildFailed(f"the build's metadata {metadata} names no pushed manifest digest")
     ref = str(doc.get("buildx.build.ref", ""))  # BUILDER/NODE/REF
