@@ -221,3 +221,39 @@ def test_check_remote_asks_a_sets_extra_index_first(tmp_path) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_check_remote_finds_a_locked_file_on_the_index_that_hosts_it(tmp_path) -> None:
+    """A locked set with files from both indexes: each file's sha256 is read on the index whose host serves it (was:
+    every file looked up on the primary index, so AMD-hosted wheels read as gone). Two real loopback servers."""
+    import functools
+    import http.server
+    import threading
+
+    from imagebuild.lock import remote
+
+    servers, running = [], []
+    for name, project in (("primary", "idna"), ("extra", "vllm")):
+        (tmp_path / name / "simple" / project).mkdir(parents=True)
+        page = f'<a href="../../files/{project}-1-py3-none-any.whl#sha256={project[0] * 64}">{project}</a>\n'
+        (tmp_path / name / "simple" / project / "index.html").write_text(page)
+        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / name))
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(f"http://127.0.0.1:{server.server_address[1]}")
+        running.append(server)
+    try:
+        spec = {"requirements": ["vllm==1"], "index_url": f"{servers[0]}/simple", "after": []}
+        spec["extra_index_url"] = f"{servers[1]}/simple"
+        packages = [
+            {"name": p, "version": "1", "files": [{"file": f"{p}-1-py3-none-any.whl", "sha256": p[0] * 64,
+                                                   "url": f"{base}/files/{p}-1-py3-none-any.whl"}]}
+            for p, base in (("idna", servers[0]), ("vllm", servers[1]))
+        ]  # fmt: skip
+        doc = {"inputs": {"pip:t": {"status": "locked", "packages": packages}}}
+        [result] = remote.check(doc, {"pip:t": spec}, 5.0, 2, root=tmp_path)
+        assert result["status"] == "ok", result
+    finally:
+        for server in running:
+            server.shutdown()
+            server.server_close()

@@ -83,7 +83,8 @@ def check(
         if key.startswith("pip:") and entry is not None and entry["status"] == "locked":
             for package in entry["packages"]:
                 if any(not f["url"].startswith("file:") for f in package["files"]):
-                    lookups[(specs[key]["index_url"], _normal(package["name"]))] = None
+                    index = _index_of(specs[key], next(f["url"] for f in package["files"]))
+                    lookups[(index, _normal(package["name"]))] = None
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         pages = {key: pool.submit(_page, key[0], key[1], limit) for key in lookups}
@@ -176,12 +177,13 @@ def _pip(spec: dict[str, Any], entry: dict[str, Any], ctx: _Context) -> tuple[st
             if f["url"].startswith("file:"):
                 problem = _local_file(f["url"], f["sha256"], f.get("size"), _wheelhouses(spec, ctx.root), deadline)
             else:
-                page = pages[(spec["index_url"], _normal(package["name"]))].result()
+                index = _index_of(spec, package["files"][0]["url"])
+                page = pages[(index, _normal(package["name"]))].result()
                 if isinstance(page, str):
                     return "unreachable", page.removeprefix("unreachable: ")
                 got = page.get(f["file"])
                 problem = (
-                    f"{f['file']} is no longer on {spec['index_url']}"
+                    f"{f['file']} is no longer on {index}"
                     if got is None
                     else (f"{f['file']}: expected sha256 {f['sha256']} got {got}" if got != f["sha256"] else None)
                 )
@@ -193,6 +195,13 @@ def _pip(spec: dict[str, Any], entry: dict[str, Any], ctx: _Context) -> tuple[st
         "ok",
         f"{checked} file(s) on {spec['index_url'] if spec['index_url'] else 'the index'} with the locked sha256",
     )
+
+
+def _index_of(spec: dict[str, Any], file_url: str) -> str:
+    """The index that lists a locked file: the set's extra index (AMD's vLLM builds) when the file lies on its host,
+    else the set's index (PyPI's files lie on another host than its pages)."""
+    extra = spec.get("extra_index_url")
+    return extra if extra and urlparse(extra).netloc == urlparse(file_url).netloc else spec["index_url"]
 
 
 def _wheelhouses(spec: dict[str, Any], root: Path) -> list[Path]:
