@@ -200,8 +200,8 @@ def _pip(spec: dict[str, Any], entry: dict[str, Any], ctx: _Context) -> tuple[st
 def _index_of(spec: dict[str, Any], file_url: str) -> str:
     """The index that lists a locked file: the set's extra index (AMD's vLLM builds) when the file lies on its host,
     else the set's index (PyPI's files lie on another host than its pages)."""
-    extra = spec.get("extra_index_url")
-    return extra if extra and urlparse(extra).netloc == urlparse(file_url).netloc else spec["index_url"]
+    extra, index = spec.get("extra_index_url"), str(spec["index_url"])
+    return str(extra) if extra and urlparse(str(extra)).netloc == urlparse(file_url).netloc else index
 
 
 def _wheelhouses(spec: dict[str, Any], root: Path) -> list[Path]:
