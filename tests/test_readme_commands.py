@@ -154,3 +154,20 @@ def test_a_broken_readme_command_fails(tmp_path: Path) -> None:
     proc = run(broken, cwd=REPO)
     assert proc.returncode == 2 and "error:" in proc.stderr, failure(broken, proc)
     assert failure(broken, proc).startswith("README.md:2: imagebuild arches local-cpu --arch sm_999 exited 2")
+
+
+NAMED_PATH = re.compile(
+    r"`((?:docs|scripts|bench|tests|kernels|schema|runtimes|dockerfiles|image|smoke|imagecontract|imagebuild|\.ci)"
+    r"/[^`\s]*)`"
+)
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/reference.md"])
+def test_every_file_the_front_door_and_the_reference_name_exists(doc: str) -> None:
+    """The reference moved out of the README (issue 30): a path either names in backticks must still be there
+    (placeholders such as `<target>`, globs and `...` are not paths; `path:line` is checked as path)."""
+    text = (REPO / doc).read_text(encoding="utf-8")
+    named = {m.group(1).split(":")[0] for m in NAMED_PATH.finditer(text)}
+    real = {p for p in named if not re.search(r"[<>*{}\[\]]|\.\.\.", p)}
+    assert len(real) > 10, sorted(real)
+    assert sorted(p for p in real if not (REPO / p).exists()) == []
