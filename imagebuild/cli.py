@@ -6,6 +6,7 @@ import importlib
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -45,9 +46,10 @@ class ErrorMappingGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in COMMAND_MODULES:
             return None
-        return importlib.import_module(f"imagebuild.commands.{cmd_name}").command
+        command: click.Command = importlib.import_module(f"imagebuild.commands.{cmd_name}").command
+        return command
 
-    def invoke(self, ctx: click.Context):  # type: ignore[override]
+    def invoke(self, ctx: click.Context) -> Any:  # what the command returns, as click.Group.invoke says
         from imagebuild.signals import install_sigterm_as_interrupt
 
         install_sigterm_as_interrupt()  # SIGTERM unwinds like SIGINT: the cleanup below runs for both (issue 34)

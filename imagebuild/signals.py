@@ -59,11 +59,11 @@ def interrupts_deferred() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    arrived: list[int] = []
+    arrived: list[signal.Signals] = []
     saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
 
     def record(signum: int, frame: FrameType | None) -> None:
-        arrived.append(signum)
+        arrived.append(signal.Signals(signum))
 
     for signum, handler in saved.items():
         if callable(handler):  # a Python handler (KeyboardInterrupt's, Terminated's): deferred; SIG_IGN/SIG_DFL kept

@@ -248,11 +248,11 @@ def checked_index(registry: Registry, repo: str, reference: str) -> CheckedIndex
         children[key] = str(entry["digest"])
         child_types[key] = str(entry["mediaType"])
     images = set(children.values())
-    for n, entry, manifest in claims:
-        refusal = _attestation_refusal(entry, manifest, images)
+    for n, claim, claim_manifest in claims:
+        refusal = _attestation_refusal(claim, claim_manifest, images)
         if refusal is not None:
             raise IndexMismatch(
-                f"{where} entry {n} ({str(entry['digest'])[:19]}) is not an attestation manifest: {refusal}"
+                f"{where} entry {n} ({str(claim['digest'])[:19]}) is not an attestation manifest: {refusal}"
             )
     if not children:
         raise IndexMismatch(f"{where}: an index without a platform's image")

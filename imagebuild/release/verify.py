@@ -155,7 +155,7 @@ def _refusal(report: dict[str, Any], v: Verification) -> str | None:
     refusals = [report_refusal(report, i) for i in ids] or ["written for another image"]
     if None in refusals:
         return None
-    named = report.get("image_id") if isinstance(report, dict) else None
+    named = report.get("image_id")
     return report_refusal(report, named) if isinstance(named, str) and named in ids else refusals[0]
 
 
