@@ -92,7 +92,7 @@ def parse_all(texts: tuple[str, ...] | list[str]) -> list[Substitute]:
 
 def _choose(subs: list[Substitute], public: str, platform: str) -> Substitute | None:
     own = [s for s in subs if s.public == public and s.platform == platform]
-    return (own or [s for s in subs if s.public == public and s.platform is None] or [None])[0]
+    return next(iter(own or [s for s in subs if s.public == public and s.platform is None]), None)
 
 
 def build_platform() -> str | None:

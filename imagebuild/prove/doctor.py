@@ -162,10 +162,11 @@ def engine_since(docker_host: str | None, supervise_dir: Path | None = None) -> 
                 continue
             pid = int((state.parent / "supervisor.pid").read_text().strip()[:20])
             alive = b"supervise.sh" in Path(f"/proc/{pid}/cmdline").read_bytes()[:4096]
-            out["supervised"] = {"name": state.parent.name, "pid": pid, "running": alive}
+            supervised: dict[str, object] = {"name": state.parent.name, "pid": pid, "running": alive}
+            out["supervised"] = supervised
             if alive:
                 out["since"] = (state.parent / "since").read_text().strip()[:40] or out["since"]
-                out["supervised"]["restarts"] = int((state.parent / "restarts").read_text().strip()[:20] or 0)
+                supervised["restarts"] = int((state.parent / "restarts").read_text().strip()[:20] or 0)
     if out["supervised"] is None:
         out["supervised"] = {"running": False}
     return out

@@ -43,7 +43,7 @@ def scan_root(root: Path, arch: str | None = None) -> dict[str, Any]:
     with contextlib.redirect_stdout(out):
         scanner.main(["--root", str(root), *(["--arch", arch] if arch else [])])
     data = json.loads(out.getvalue())
-    doc = _image_paths(data, str(root))
+    doc: dict[str, Any] = _image_paths(data, str(root))  # the scanner prints one JSON object
     doc["root"] = "/"
     return doc
 
