@@ -4,6 +4,9 @@ lines below are what Docker 20.10.24 and 26.1.5 printed on this project's build 
 
 from __future__ import annotations
 
+import uuid
+from pathlib import Path
+
 import pytest
 
 from imagebuild.engine.docker import image_store
@@ -72,3 +75,30 @@ def test_a_staged_image_is_gated_by_config_or_manifest_digest() -> None:
     assert smoke_ids("sha256:config", "sha256:manifest") == ["sha256:config", "sha256:manifest"]
     assert smoke_ids("sha256:same", "sha256:same") == ["sha256:same"]
     assert smoke_ids("sha256:config", None) == ["sha256:config"]
+
+
+@pytest.mark.docker
+def test_the_built_image_id_is_the_engines_own_on_either_store(tmp_path: Path) -> None:
+    """Engine.built_image_id: the ID `docker run` and `docker tag` take. On the containerd store that is the
+    manifest digest, not the config digest BuildKit's iidfile holds; on a graph-driver store the two are one."""
+    import os
+    import subprocess
+
+    from imagebuild.engine.docker import find_engine
+
+    engine = find_engine()
+    (tmp_path / "Dockerfile").write_text(f"FROM local/debian:bookworm\nLABEL h1-test={tmp_path.name}\n")
+    tag, iid = f"imagebuild-h1-test:{uuid.uuid4().hex[:8]}", tmp_path / "iid"
+    flags = ["--provenance=false", "--output", "type=docker,oci-mediatypes=true"] if engine.mode == "buildx" else []
+    argv = [*engine.build_prefix(), "-q", "--network", "host", *flags, "--iidfile", str(iid), "-t", tag, str(tmp_path)]
+    built = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **engine.env}, timeout=600)
+    if built.returncode != 0:
+        pytest.skip(f"no engine or no local base (scripts/setup.sh makes it): {built.stderr[-200:]}")
+    try:
+        inspect = [engine.client, "image", "inspect", "--format", "{{.Id}}", tag]
+        own = subprocess.run(inspect, capture_output=True, text=True, check=True).stdout.strip()
+        assert engine.built_image_id(iid, [tag]) == (own, None)
+        if engine.store == "containerd" and engine.mode == "buildx":
+            assert iid.read_text().strip() != own  # what the engine would answer "No such image" to
+    finally:
+        subprocess.run([engine.client, "rmi", tag], capture_output=True, check=False)

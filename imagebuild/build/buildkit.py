@@ -306,20 +306,9 @@ def _fetch_pushed(spec: BuildSpec, engine: Engine) -> tuple[builders.Pushed | No
 
 
 def built_id(spec: BuildSpec, engine: Engine) -> tuple[str | None, str | None]:
-    """(the built image's ID as the engine names it, None) or (None, why not).
-
-    BuildKit's iidfile holds the config digest, the image ID of a graph-driver engine; the containerd store names
-    a one-manifest image by its manifest digest and answers "No such image" to the config digest (seen on Docker
-    26.1), so through buildx the ID is the engine's own for the first tag the build wrote."""
-    if engine.mode != "buildx" or not spec.tags:
-        return spec.iidfile.read_text().strip(), None
-    from imagebuild.engine.cli import CliError, image_id
-
-    try:
-        found = image_id(engine, spec.tags[0])
-    except CliError as exc:
-        return None, f"the built image {spec.tags[0]} could not be inspected: {exc}"
-    return (found, None) if found.startswith("sha256:") else (None, f"{spec.tags[0]} names no image after the build")
+    """(the built image's ID as the engine names it, None) or (None, why not): which digest that is depends on the
+    engine's image store, the engine's to say (Engine.built_image_id)."""
+    return engine.built_image_id(spec.iidfile, spec.tags)
 
 
 def run_builds(
