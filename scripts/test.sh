@@ -14,6 +14,10 @@ export VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH"
 echo "== lint"
 ruff check .
 ruff format --check .
+echo "== types"
+# mypy strict on imagebuild/, imagecontract/ and smoke/ (pyproject.toml [tool.mypy]: the files, the options, and the
+# modules still waiting for their fixes); its cache (.mypy_cache) makes a run after the first take seconds
+"$VENV/bin/python" -m mypy
 echo "== rendered Dockerfiles up to date"
 imagebuild render --check
 if [ -f .github/workflows/images.yml ]; then
