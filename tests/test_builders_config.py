@@ -125,3 +125,21 @@ def test_a_pushed_legs_metadata_is_read_bounded_and_must_name_a_digest(tmp_path:
         (tmp_path / name).write_bytes(body)
         with pytest.raises(BuildFailed, match="names no pushed manifest digest"):
             read_pushed(tmp_path / name, "127.0.0.1:5000/staging")
+
+
+def test_doctor_prints_the_create_commands_of_a_kubernetes_builder_buildx_does_not_know() -> None:
+    """Real buildx (skipped without an engine): a configured kubernetes builder is never created by imagebuild."""
+    from imagebuild.build.builder_use import doctor_facts, doctor_lines
+    from imagebuild.engine.docker import find_engine
+    from imagebuild.errors import ConfigError
+
+    try:
+        engine = find_engine()
+    except ConfigError as exc:
+        pytest.skip(f"no engine: {exc.message}")
+    nodes = [{"name": "arm64", "platforms": ["linux/arm64"], "node_selector": "kubernetes.io/arch=arm64"}]
+    settings = Settings.model_validate({"builders": {"h8-k8s-never-made": {"driver": "kubernetes", "nodes": nodes}}})
+    facts = doctor_facts(engine, settings, "h8-k8s-never-made", [("local-cpu", "linux/arm64")])
+    assert facts["created"] is False and len(facts["create_commands"]) == 1  # type: ignore[arg-type]
+    lines = doctor_lines(facts)
+    assert "not in buildx" in lines[0] and "--driver kubernetes" in lines[1] and "nodeselector=" in lines[1]
