@@ -18,7 +18,7 @@ from imagebuild.engine.reference import image_argument
 from imagebuild.errors import ConfigError, ImagebuildError
 from imagebuild.matrix.oci_platform import for_host
 from imagebuild.plan.keys import Named, named
-from imagebuild.prove.smoke import judge, run_smoke
+from imagebuild.prove.smoke import emulation_scale, judge, run_smoke
 
 
 def host_platform() -> str:
@@ -71,7 +71,8 @@ def command(
         junit = junit_path or report.with_name("junit.xml")
         where = f" {oci}{' (emulated)' if emulated else ''}" if oci else ""
         click.echo(f"smoke {name}{where} ({found.id[:19]}) gpu={kind}", err=True)
-        outcome = run_smoke(engine, found, kind, report, junit, name if oci else image, ref)
+        scale = emulation_scale() if emulated else 1
+        outcome = run_smoke(engine, found, kind, report, junit, name if oci else image, ref, time_scale=scale)
         lines, failure = judge(outcome)
         for line in lines:
             click.echo(line)

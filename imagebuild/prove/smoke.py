@@ -20,6 +20,7 @@ from imagebuild.errors import ConfigError, SmokeFailed
 from imagecontract import kinds
 from imagecontract.atomic import write_atomic
 from imagecontract.models import ModelError, SmokeReport
+from imagecontract.smoke_run import MAX_TIME_SCALE, TIME_SCALE_ENV
 
 if TYPE_CHECKING:
     from imagebuild.engine.interface import ContainerEngine, LocalImage
@@ -27,6 +28,13 @@ if TYPE_CHECKING:
 
 IMAGE_ROOT = "/opt/imagebuild"
 TIMEOUT_ENV, TIMEOUT_DEFAULT_S = "IMAGEBUILD_SMOKE_TIMEOUT", 1800  # read when a run starts (a bad value: exit 2)
+# An emulated platform's leg (QEMU) scales every deadline of its run by this factor (imagecontract/smoke_run.py)
+EMULATION_SCALE_ENV, EMULATION_SCALE_DEFAULT = "IMAGEBUILD_SMOKE_EMULATION_SCALE", 4
+
+
+def emulation_scale() -> int:
+    """The deadline factor for a leg smoked under emulation (a bad value: exit 2, read when a run starts)."""
+    return env_int(EMULATION_SCALE_ENV, EMULATION_SCALE_DEFAULT, minimum=1, maximum=MAX_TIME_SCALE)
 
 
 @dataclass
@@ -47,9 +55,11 @@ def run_smoke(
     junit_path: Path,
     image_ref: str,
     ref: ImageRef | None = None,
+    time_scale: int = 1,
 ) -> SmokeOutcome:
-    """Run the suite in a throwaway container; write report (with image_id), JUnit and the container log."""
-    timeout_s = env_int(TIMEOUT_ENV, TIMEOUT_DEFAULT_S, minimum=1)
+    """Run the suite in a throwaway container; write report (with image_id), JUnit and the container log.
+    time_scale multiplies the suite's deadlines and this run's own (an emulated platform's slow CPU)."""
+    timeout_s = env_int(TIMEOUT_ENV, TIMEOUT_DEFAULT_S, minimum=1) * time_scale
     gpu = detect_gpu() if gpu == "auto" else gpu
     node = kinds.for_gpu(gpu).REQUIRED_NODE
     if node and not Path(node).exists():
@@ -65,7 +75,7 @@ def run_smoke(
         image.id,
         command=(),
         entrypoint=("python3", "-m", "smoke", "--report", "/out/report.json", "--junit", "/out/junit.xml"),
-        environment={"PYTHONPATH": IMAGE_ROOT},
+        environment={"PYTHONPATH": IMAGE_ROOT, TIME_SCALE_ENV: str(time_scale)},
         mounts=(Mount(str(out.resolve()), "/out"),),
         network="host",
         working_dir=IMAGE_ROOT,

@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from imagecontract.models.manifest import Runtime
+from imagecontract.smoke_run import TIME_SCALE_ENV, time_scale
 from smoke import hostile
 from smoke.context import Context
 from smoke.result import CheckResult
@@ -36,6 +37,11 @@ TTFT_REPEATS = 3  # medians of three requests: the CPUs these run on are often s
 ROOT = Path(__file__).resolve().parents[2]  # the directory holding the smoke package
 # A model directory to serve instead of the tiny one (a real small model on a GPU runner; stand-ins in tests).
 MODEL_ENV = "IMAGEBUILD_SMOKE_MODEL"
+
+
+def _scaled(seconds: float) -> float:
+    """A deadline times the host's factor for a slow CPU (an emulated platform: imagecontract/smoke_run.py)."""
+    return seconds * time_scale(os.environ.get(TIME_SCALE_ENV))
 
 
 def run(ctx: Context) -> CheckResult:
@@ -128,12 +134,11 @@ def _child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def _make_model(dest: Path) -> str | None:
     """Build the tiny model in a child process (the runtime's own transformers); the failure line or None."""
     cmd = [sys.executable, "-m", "smoke.tiny_model", str(dest)]
+    deadline = _scaled(MODEL_TIMEOUT_S)
     try:
-        proc = subprocess.run(
-            cmd, env=_child_env(), capture_output=True, text=True, timeout=MODEL_TIMEOUT_S, check=False
-        )
+        proc = subprocess.run(cmd, env=_child_env(), capture_output=True, text=True, timeout=deadline, check=False)
     except subprocess.TimeoutExpired:
-        return f"making the tiny model took over {MODEL_TIMEOUT_S} s"
+        return f"making the tiny model took over {deadline:.0f} s"
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]
         return f"making the tiny model failed (exit {proc.returncode}): {last}"
@@ -148,15 +153,16 @@ def _serve(runtime: Runtime, model: str, log_path: Path, res: CheckResult) -> No
         res.fail(f"runtime entrypoint {argv[0]!r} is not on PATH")
         return
     api = runtime.api
-    timeout = float(runtime.startup_timeout_s or DEFAULT_STARTUP_S)
+    timeout = _scaled(float(runtime.startup_timeout_s or DEFAULT_STARTUP_S))
+    request_s = _scaled(REQUEST_TIMEOUT_S)
     server = Server.start(argv, _child_env(runtime.serve_env), log_path, port)
     try:
         res.latency["server_start_s"] = server.wait_healthy(runtime.health or "/health", timeout)
-        first = generate(api, server.base_url, model, PROMPT, 1, REQUEST_TIMEOUT_S)  # cold: warms caches
+        first = generate(api, server.base_url, model, PROMPT, 1, request_s)  # cold: warms caches
         res.numbers["first_request_s"] = round(first.seconds, 4)
-        ttft = [generate(api, server.base_url, model, PROMPT, 1, REQUEST_TIMEOUT_S) for _ in range(TTFT_REPEATS)]
+        ttft = [generate(api, server.base_url, model, PROMPT, 1, request_s) for _ in range(TTFT_REPEATS)]
         res.latency["ttft_s"] = statistics.median(g.seconds for g in ttft)
-        runs = [generate(api, server.base_url, model, PROMPT, GENERATE_TOKENS, REQUEST_TIMEOUT_S) for _ in range(3)]
+        runs = [generate(api, server.base_url, model, PROMPT, GENERATE_TOKENS, request_s) for _ in range(3)]
         rates = [g.tokens / g.seconds for g in runs]
         res.throughput["tokens_per_s"] = statistics.median(rates)  # the median of three: CPUs here are shared
         res.numbers["tokens_per_s_samples"] = [round(r, 2) for r in rates]
