@@ -185,11 +185,12 @@ def _probe(client: str, buildx_possible: bool) -> Engine | str:
         has_buildx = buildx is not None and buildx.result().returncode == 0
     store = image_store(driver, status)
     native = _major(client_version) <= _LAST_NATIVE_BUILDKIT_MAJOR
-    facts = {"store": store, "buildkit": vendored_buildkit(server_version)}
+    buildkit = vendored_buildkit(server_version)
     if has_buildx and (store == CONTAINERD_STORE or not native):
-        return Engine(client, "buildx", client_version, server_version, **facts)
+        return Engine(client, "buildx", client_version, server_version, store=store, buildkit=buildkit)
     if native:
-        return Engine(client, "buildkit", client_version, server_version, {"DOCKER_BUILDKIT": "1"}, **facts)
+        env = {"DOCKER_BUILDKIT": "1"}
+        return Engine(client, "buildkit", client_version, server_version, env, store=store, buildkit=buildkit)
     return f"{client}: client {client_version} has no buildx plugin and cannot run BuildKit"
 
 
