@@ -82,7 +82,9 @@ def set_builder(matrix: Path, original: str, name: str, staging: str, nodes: dic
 def main() -> None:  # noqa: PLR0915 - one phase after the other, each timed where it runs
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
-    out = parser.parse_args().out
+    parser.add_argument("--phases", default="two,other,again,one", help="in this order (two, other, again, one)")
+    given = parser.parse_args()
+    out, phases = given.out, given.phases.split(",")
     tag = uuid.uuid4().hex[:8]
     workspace = copy_checkout(Path(f"/var/tmp/h8-bench-{tag}-checkout"))
     matrix = workspace / "matrix.yaml"
@@ -95,7 +97,7 @@ def main() -> None:  # noqa: PLR0915 - one phase after the other, each timed whe
     subprocess.run([*docker, "tag", "local/debian:bookworm", base], check=True)
     subprocess.run([*docker, "push", "-q", base], check=True, capture_output=True)
     result: dict[str, Any] = {
-        "command": "bench/multinode.py --out " + str(out),
+        "command": f"bench/multinode.py --out {out} --phases {given.phases}",
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": f"{os.cpu_count()} cores shared with other work, load {os.getloadavg()[0]:.1f} at start",
         "buildkit": buildctl_version(),
@@ -106,48 +108,36 @@ def main() -> None:  # noqa: PLR0915 - one phase after the other, each timed whe
     def save() -> None:  # after every phase: a run stopped early still leaves what it measured
         out.write_text(json.dumps(result, indent=2) + "\n")
 
-    try:
-        # 1: two nodes, one platform each, cold
-        nodes["n1"], nodes["n2"] = start_node("n1", f"bench-{tag}"), start_node("n2", f"bench-{tag}")
-        pair = {"n1": (nodes["n1"], ["linux/amd64"]), "n2": (nodes["n2"], ["linux/arm64"])}
-        set_builder(matrix, original, f"h8b-{tag}-two", staging, pair)
-        report = workspace / "build" / "two-nodes.json"
-        seconds = must(run(workspace, env, "build", "local-cpu", "-j", "2", *sub, "--report", str(report)), "two")
-        result["two_nodes"] = {"wall_s": seconds, "legs": legs(report)}
-        keys = {leg["target"]: leg["input_key"] for leg in result["two_nodes"]["legs"]}
-        save()
-        # 2: node 1 exports the amd64 leg's cache; node 2, its own cache pruned, builds that leg from it
-        to = f"type=registry,ref={cache},mode=max,oci-mediatypes=true"
-        args = ("build", "local-cpu", "--platform", "linux/amd64", *sub, "--cache-to", to, "--report")
-        result["cache_export"] = {"wall_s": must(run(workspace, env, *args, str(report)), "export")}
-        buildctl(nodes["n2"], "prune", "--all")
-        set_builder(matrix, original, f"h8b-{tag}-swap", staging, {"n2": (nodes["n2"], ["linux/amd64"])})
-        report = workspace / "build" / "other-node.json"
-        args = ("build", "local-cpu", "--platform", "linux/amd64", *sub, "--cache-from", f"type=registry,ref={cache}")
-        seconds = must(run(workspace, env, *args, "--report", str(report)), "other node")
-        leg = legs(report)[0]
-        record = next(h for h in nodes["n2"].histories() if h["digest"] and h["digest"] in (leg["pushed"] or ""))
-        result["other_node"] = {
-            "wall_s": seconds,
-            "leg": leg,
-            "dockerfile_steps_cached": f"{leg['cached_steps']}/{leg['total_steps']}",
-            "buildkit_record": record,
-            "input_key_same_as_node_1": leg["input_key"] == keys["local-cpu"],
-        }
-        save()
-        set_builder(matrix, original, f"h8b-{tag}-two", staging, pair)
-        # 3: stage, smoke, record; then build again with nothing changed
-        result["nothing_changed"] = nothing_changed(workspace, env, staging, keys, sub)
-        save()
-        # 4: node 1 alone, its cache pruned (cold again), pinning both platforms, builds both legs
-        for name in ("n1", "n2"):
+    keys: dict[str, str] = {}
+
+    def node(name: str) -> Any:
+        if name not in nodes:
+            nodes[name] = start_node(name, f"bench-{tag}")
+        return nodes[name]
+
+    def cold(label: str, builder: str, where: str, placed: dict[str, Any]) -> None:
+        for name in placed:  # every node starts without cache: what it builds, it builds
             buildctl(nodes[name], "prune", "--all")
-        solo = {"n1": (nodes["n1"], list(PLATFORMS))}
-        set_builder(matrix, original, f"h8b-{tag}-one", f"{staging}-one", solo)  # no reuse records there
-        report = workspace / "build" / "one-node.json"
-        seconds = must(run(workspace, env, "build", "local-cpu", "-j", "2", *sub, "--report", str(report)), "one")
-        result["one_node"] = {"wall_s": seconds, "legs": legs(report)}
+        set_builder(matrix, original, builder, where, placed)
+        report = workspace / "build" / f"{label}.json"
+        seconds = must(run(workspace, env, "build", "local-cpu", "-j", "2", *sub, "--report", str(report)), label)
+        result[label] = {"wall_s": seconds, "legs": legs(report)}
+        keys.update({leg["target"]: leg["input_key"] for leg in result[label]["legs"]})
         save()
+
+    try:
+        for phase in phases:
+            if phase == "two":  # two nodes, one platform each, cold
+                pair = {"n1": (node("n1"), ["linux/amd64"]), "n2": (node("n2"), ["linux/arm64"])}
+                cold("two_nodes", f"h8b-{tag}-two", staging, pair)
+            elif phase == "one":  # node 1 alone, pinning both platforms, cold, into a staging repo with no records
+                cold("one_node", f"h8b-{tag}-one", f"{staging}-one", {"n1": (node("n1"), list(PLATFORMS))})
+            elif phase == "other":  # the amd64 leg's cache exported by node 1, then built from it on node 2
+                result["other_node"] = other_node(workspace, env, sub, cache, node("n2"), keys, original)
+                save()
+            elif phase == "again":  # stage, smoke, record; then build again with nothing changed
+                result["nothing_changed"] = nothing_changed(workspace, env, staging, keys, sub)
+                save()
     finally:
         for node in nodes.values():
             stop_node(node)
@@ -156,6 +146,38 @@ def main() -> None:  # noqa: PLR0915 - one phase after the other, each timed whe
         subprocess.run([*docker, "rmi", base], capture_output=True)
         subprocess.run(["rm", "-rf", str(workspace)], check=False)
     print(json.dumps({k: v.get("wall_s") for k, v in result.items() if isinstance(v, dict)}))
+
+
+def other_node(workspace: Path, env: dict[str, str], sub: tuple[str, ...], cache: str, n2: Any, keys: Any,
+               pristine: str) -> Any:  # fmt: skip
+    """The builder as it is (its amd64 node has built the leg) exports the amd64 leg's cache to the registry; node 2,
+    its own cache pruned, alone in a builder, builds that leg with --cache-from it: BuildKit's cached steps."""
+    to = f"type=registry,ref={cache},mode=max,oci-mediatypes=true"
+    report = workspace / "build" / "cache-export.json"
+    args = ("build", "local-cpu", "--platform", "linux/amd64", *sub, "--cache-to", to, "--report", str(report))
+    export_s = must(run(workspace, env, *args), "export")
+    buildctl(n2, "prune", "--all")
+    matrix = workspace / "matrix.yaml"
+    original, builder = matrix.read_text(), f"h8b-{n2.root.name}-swap"
+    set_builder(matrix, pristine, builder, f"{REGISTRY}/{n2.root.name}-other", {"n2": (n2, ["linux/amd64"])})
+    report = workspace / "build" / "other-node.json"
+    args = ("build", "local-cpu", "--platform", "linux/amd64", *sub, "--cache-from", f"type=registry,ref={cache}")
+    try:
+        seconds = must(run(workspace, env, *args, "--report", str(report)), "other node")
+    finally:
+        matrix.write_text(original)
+        subprocess.run(["docker", "buildx", "rm", "--keep-state", builder], capture_output=True, check=False)
+    leg = legs(report)[0]
+    record = next(h for h in n2.histories() if h["digest"] and h["digest"] in (leg["pushed"] or ""))
+    return {
+        "export_wall_s": export_s,
+        "wall_s": seconds,
+        "leg": leg,
+        "dockerfile_steps_cached": f"{leg['cached_steps']}/{leg['total_steps']}",
+        "buildkit_steps_cached": f"{record['cached']}/{record['steps']}",
+        "buildkit_record": record,
+        "input_key_same_as_built_before": leg["input_key"] == keys.get("local-cpu"),
+    }
 
 
 def nothing_changed(

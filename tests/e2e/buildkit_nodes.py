@@ -44,14 +44,15 @@ class Node:
         found = []
         for line in buildctl(self, "debug", "histories", "--format", "{{json .}}").splitlines():
             record = json.loads(line).get("record", {})
-            response = record.get("ExporterResponse") or {}
+            result = record.get("Result") or {}  # the exported manifest (ResultDeprecated; Results per platform)
+            exported = result.get("ResultDeprecated") or next(iter((result.get("Results") or {}).values()), {})
             found.append(
                 {
                     "ref": record.get("Ref"),
                     "platform": (record.get("FrontendAttrs") or {}).get("platform"),
-                    "digest": response.get("containerimage.digest"),
+                    "digest": exported.get("digest"),
                     "steps": record.get("numTotalSteps"),
-                    "cached": record.get("numCachedSteps", 0),
+                    "cached": record.get("numCachedSteps") or 0,
                 }
             )
         return found
