@@ -259,6 +259,13 @@ def checked_index(registry: Registry, repo: str, reference: str) -> CheckedIndex
     return CheckedIndex(media_type, children, child_types, [str(e["digest"]) for _, e, _ in claims])
 
 
+def config_labels(config: object) -> dict[str, str]:
+    """The string labels of an image config read from a registry ({} for a config of another shape)."""
+    inner = config.get("config") if isinstance(config, dict) else None
+    labels = inner.get("Labels") if isinstance(inner, dict) else None
+    return {k: v for k, v in labels.items() if isinstance(v, str)} if isinstance(labels, dict) else {}
+
+
 def _config_platform(config: Mapping[str, object]) -> tuple[str, str, str]:
     """(os, architecture, variant) an image config says it is for, normalised as platform_key does."""
     try:

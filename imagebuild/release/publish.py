@@ -5,6 +5,7 @@ from one repository to public tags of another without rebuilding.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from imagebuild.engine.registry import Registry, RegistryError, RepoRef
 from imagebuild.envvars import env_int
 from imagebuild.errors import ConfigError, PublishFailed
 from imagebuild.plan.imageref import LOCAL_REPO, ImageRef
-from imagebuild.release.ociindex import OCI_INDEX, OCI_MANIFEST, media_types, platform_manifest
+from imagebuild.release.ociindex import OCI_INDEX, OCI_MANIFEST, config_labels, media_types, platform_manifest
 from imagecontract.atomic import write_atomic
 from imagecontract.models import ModelError, SmokeReport
 
@@ -199,8 +200,10 @@ def publish_image(
             before_tags()
     for tag in tags:
         log(f"tag {repo}:{tag} -> {digest}")
-        moved = with_retries(f"tagging {repo}:{tag}", lambda tag=tag: registry.copy(repo.repo, digest, repo.repo, tag))
-        check = with_retries(f"verifying {repo}:{tag}", lambda tag=tag: registry.digest(repo.repo, tag))
+        moved = with_retries(
+            f"tagging {repo}:{tag}", functools.partial(registry.copy, repo.repo, digest, repo.repo, tag)
+        )
+        check = with_retries(f"verifying {repo}:{tag}", functools.partial(registry.digest, repo.repo, tag))
         if digest not in (moved, check):
             raise PublishFailed(f"{repo}:{tag} points at {check}, not {digest}")
         result.refs.append(f"{repo}:{tag}")
@@ -209,8 +212,7 @@ def publish_image(
 def staged_ref(registry: Registry, repo: RepoRef, reference: str) -> ImageRef:
     """A staged image as the registry holds it: the config digest is the image ID smoke recorded."""
     image_id, config = registry.config(repo.repo, reference)
-    labels = (config.get("config") or {}).get("Labels") or {}  # type: ignore[union-attr]
-    target = labels.get("io.imagebuild.target") if isinstance(labels, dict) else None
+    target = config_labels(config).get("io.imagebuild.target")
     digest = reference if reference.startswith("sha256:") else registry.digest(repo.repo, reference)
     return ImageRef(image_id, target, (), str(repo), digest, recorded_by="registry")
 
@@ -246,8 +248,8 @@ def promote(
     refs = []
     for tag in tags:
         log(f"promote {src}@{resolved} -> {dest}:{tag}")
-        with_retries(f"promoting to {dest}:{tag}", lambda tag=tag: registry.copy(src.repo, resolved, dest.repo, tag))
-        check = with_retries(f"verifying {dest}:{tag}", lambda tag=tag: registry.digest(dest.repo, tag))
+        with_retries(f"promoting to {dest}:{tag}", functools.partial(registry.copy, src.repo, resolved, dest.repo, tag))
+        check = with_retries(f"verifying {dest}:{tag}", functools.partial(registry.digest, dest.repo, tag))
         if check != resolved:
             raise PublishFailed(f"{dest}:{tag} points at {check}, not {resolved}")
         refs.append(f"{dest}:{tag}")

@@ -20,6 +20,7 @@ from imagebuild.engine.cosign import attest as cosign_attest
 from imagebuild.engine.registry import Registry, RegistryError, RepoRef
 from imagebuild.errors import ConfigError, PublishFailed
 from imagebuild.release import attest
+from imagebuild.release.ociindex import config_labels
 from imagebuild.release.sbom import IMAGE_PATH as SBOM_PATH
 from imagebuild.release.sbom import validate
 from imagebuild.release.sign_journal import remember_sig_att
@@ -91,11 +92,11 @@ def _keep_statement(repo: RepoRef, digest: str, predicate_type: str, predicate: 
         layers = json.loads(body).get("layers")
         for layer in reversed(layers if isinstance(layers, list) else []):  # the one cosign just added is last
             annotations = layer.get("annotations") if isinstance(layer, dict) else None
-            if layer.get("mediaType") != ENVELOPE or not isinstance(annotations, dict):  # type: ignore[union-attr]
+            if layer.get("mediaType") != ENVELOPE or not isinstance(annotations, dict):  # not a dict: AttributeError
                 continue
             if annotations.get("predicateType") != predicate_type:
                 continue
-            payload = envelope_payload(registry.blob(repo.repo, layer, STATEMENT_LIMIT))  # type: ignore[arg-type]
+            payload = envelope_payload(registry.blob(repo.repo, layer, STATEMENT_LIMIT))
             stmt = statement_bytes(payload, f"{repo}:{tag}")
             if (
                 stmt.predicateType == predicate_type
@@ -199,9 +200,8 @@ def _from_registry(
     from imagebuild.release.image_files import read_files
 
     _, config = registry.config(src.repo, digest)
-    labels = (config.get("config") or {}).get("Labels") or {}  # type: ignore[union-attr]
+    labels = config_labels(config)
     files = read_files(registry, src.repo, digest, (SBOM_PATH, MANIFEST_PATH))
-    labels = labels if isinstance(labels, dict) else {}
     return _sbom_and_provenance(files.get(SBOM_PATH), files.get(MANIFEST_PATH), labels, image_id, context, where)
 
 

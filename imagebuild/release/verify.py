@@ -17,7 +17,7 @@ from imagebuild.engine.cosign import CosignError, Verifier, verified_statements,
 from imagebuild.engine.registry import Registry, RegistryError, RepoRef
 from imagebuild.errors import ConfigError
 from imagebuild.release import attest, statements
-from imagebuild.release.ociindex import IndexMismatch, index_children
+from imagebuild.release.ociindex import IndexMismatch, config_labels, index_children
 from imagebuild.release.publish import report_refusal
 from imagebuild.release.sbom import validate
 from imagebuild.release.statements import Statement
@@ -203,7 +203,7 @@ def verify_image(text: str, verifier: Verifier, need_smoke: bool = True) -> Veri
         v.image_id, config = registry.config(repo.repo, v.digest)
     except RegistryError as exc:
         raise ConfigError(f"cannot read {text}: {exc}") from None
-    labels = _labels(config)
+    labels = config_labels(config)
     v.target = labels.get("io.imagebuild.target")
     v.arches = attest.claimed_arches(labels)
     ref = f"{repo}@{v.digest}"
@@ -228,13 +228,6 @@ def _verify_children(
         for finding in child.findings:
             v.add(f"{platform} {finding.what}", finding.ok, finding.detail)
     return v
-
-
-def _labels(config: object) -> dict[str, str]:
-    """The string labels of an image config from the registry (a config of another shape has none)."""
-    inner = config.get("config") if isinstance(config, dict) else None
-    labels = inner.get("Labels") if isinstance(inner, dict) else None
-    return {k: v for k, v in labels.items() if isinstance(v, str)} if isinstance(labels, dict) else {}
 
 
 def _signed_digest(payload: object) -> object:
