@@ -108,8 +108,12 @@ def command(spec: BuildSpec, engine: Engine) -> list[str]:
         # signed SLSA provenance instead. OCI media types asked for: without an attestation the exporter writes
         # Docker's. Never with rewrite-timestamp: Docker 26.1's exporter into its own store refuses it ("conflicts
         # with unpack", seen); the OCI export and the push take it (bench/reproducible.py).
-        output = builders.push_output(spec.staging) + ["--metadata-file", str(spec.metadata_file)]
-        argv += (output if spec.staging else LOADED) + (["--builder", spec.builder] if spec.builder else [])
+        output = (
+            [*builders.push_output(spec.staging), "--metadata-file", str(spec.metadata_file)]
+            if spec.staging
+            else LOADED
+        )
+        argv += output + (["--builder", spec.builder] if spec.builder else [])
     elif spec.builder:
         raise ConfigError("--builder needs docker buildx", hint=f"{engine.client} runs BuildKit without buildx")
     argv += ["-f", str(spec.dockerfile), "--iidfile", str(spec.iidfile)] + (["--no-cache"] if spec.no_cache else [])

@@ -155,7 +155,7 @@ class Registry:
             if response.status_code >= 500 or response.status_code == 429:
                 raise RegistryError(f"{method} {path}: HTTP {response.status_code}", transient=True)
             return response
-        return response
+        raise AssertionError("the second attempt returns or raises")  # never reached: for mypy's possibly-undefined
 
     def _send(
         self, method: str, url: str, headers: dict[str, str], kwargs: dict[str, object], cap: int | None = None

@@ -12,6 +12,7 @@ SBOM, provenance and that platform's smoke report, bound to the child digest).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -247,10 +248,13 @@ def _smoked_as_index(job: Job, registry: Registry, src: RepoRef, child: str) -> 
     image store keeps a platform's image as such an index when BuildKit attached attestations, smoke records that
     index's digest, and publish stages the index and publishes its platform's manifest (issue 22)."""
     for path, report in job.reports.documents:
-        if report is None or report.refusal() is not None or not report.image_id.startswith("sha256:"):
+        if report is None or report.refusal() is not None:
+            continue
+        image_id = report.image_id
+        if image_id is None or not image_id.startswith("sha256:"):
             continue
         try:
-            listed = index_children(registry, src, report.image_id)
+            listed = index_children(registry, src, image_id)
         except (RegistryError, ValueError):  # not in src, or not a manifest: not this image
             continue
         if listed is not None and list(listed.values()) == [child]:
@@ -267,7 +271,7 @@ def promote_index(job: Job, source: str, staged_here: bool = False) -> bool:
     if found is None:
         return False
     configs = {
-        p: with_retries(f"reading {src}@{d}", lambda d=d: registry.config(src.repo, d)) for p, d in found.items()
+        p: with_retries(f"reading {src}@{d}", functools.partial(registry.config, src.repo, d)) for p, d in found.items()
     }
     ids = {p: image_id for p, (image_id, _) in configs.items()}
     labels = _labels(next(iter(configs.values()))[1])
@@ -300,7 +304,7 @@ def promote_index(job: Job, source: str, staged_here: bool = False) -> bool:
         # it, and smoke recorded the index's own digest (issue 22)
         sole = (reference,) if len(found) == 1 else ()
         passing.update({p: job.reports.first(i, found[p], *sole) for p, i in ids.items()})
-        if sole and (passed := next(iter(passing.values()))) is not None:
+        if sole and (passed := next(iter(passing.values()))) is not None and passed.report.image_id is not None:
             result.image_id = passed.report.image_id
         for platform in [p for p, passed in passing.items() if passed is None]:
             passing[platform] = _smoked_as_index(job, registry, src, found[platform])
@@ -332,13 +336,13 @@ def stage_index(refs: Sequence[str], log: Log) -> str:
     for ref in refs:
         digest = ref.partition("@")[2]
         # a one-platform index (the containerd store's image with BuildKit attestations): its platform's manifest
-        listed = with_retries(f"reading {ref}", lambda digest=digest: index_children(registry, src, digest))
+        listed = with_retries(f"reading {ref}", functools.partial(index_children, registry, src, digest))
         if listed is not None:
             if len(listed) != 1:
                 raise ConfigError(f"--index-of {ref} is an index of {len(listed)} platforms, not one platform's image")
             children.append(Child(*next(iter(listed.items()))))
             continue
-        _, config = with_retries(f"reading {ref}", lambda digest=digest: registry.config(src.repo, digest))
+        _, config = with_retries(f"reading {ref}", functools.partial(registry.config, src.repo, digest))
         children.append(Child(f"{config.get('os')}/{config.get('architecture')}", digest))
     tag = f"staging-index-{children[0].digest.split(':')[-1][:12]}"
     digest = with_retries(f"writing the index to {src}", lambda: assemble(registry, src.repo, tag, children))

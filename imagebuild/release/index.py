@@ -8,6 +8,7 @@ whose children are exactly those digests, read back and checked (ociindex.verify
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -87,8 +88,8 @@ def write_indexes(
             before_tags()
     for tag in tags:
         log(f"index {dest}:{tag} -> {digest} ({', '.join(c.platform for c in children)})")
-        with_retries(f"tagging {dest}:{tag}", lambda tag=tag: registry.copy(dest.repo, digest, dest.repo, tag))
+        with_retries(f"tagging {dest}:{tag}", functools.partial(registry.copy, dest.repo, digest, dest.repo, tag))
         with_retries(
-            f"verifying {dest}:{tag}", lambda tag=tag: verify_index(registry, dest.repo, tag, digest, children)
+            f"verifying {dest}:{tag}", functools.partial(verify_index, registry, dest.repo, tag, digest, children)
         )
         result.refs.append(f"{dest}:{tag}")
