@@ -170,3 +170,20 @@ def test_reuse_record_round_trips_through_the_registry_and_refuses_a_failed_smok
             found_digest = registry.digest(repo.repo, tag)
             if found_digest:
                 registry.delete_manifest(repo.repo, found_digest)
+
+
+def test_the_wheelhouse_the_build_fills_counts_by_the_wheels_staged_not_by_what_the_folder_holds(context: Path) -> None:
+    """Seen on two real nodes: a key taken before the first build (no build/wheelhouse yet) differed from the one
+    taken after it, so nothing was ever reused. The staged wheels are hashed at their source instead."""
+    text = DOCKERFILE + "RUN --mount=type=bind,source=build/wheelhouse,target=/wheelhouse true\n"
+    (context / "dockerfiles" / "t" / "Dockerfile").write_text(text)
+    wheel = context / "src-wheels" / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+    wheel.parent.mkdir()
+    wheel.write_bytes(b"wheel one")
+    before = input_key(spec(context, wheels=[wheel]))
+    (context / "build" / "wheelhouse").mkdir(parents=True)
+    shutil.copy(wheel, context / "build" / "wheelhouse" / wheel.name)  # what buildkit.prepare stages
+    (context / "build" / "wheelhouse" / "other-target.whl").write_bytes(b"staged by another target")
+    assert input_key(spec(context, wheels=[wheel])) == before
+    wheel.write_bytes(b"wheel two")
+    assert input_key(spec(context, wheels=[wheel])) != before

@@ -4,7 +4,9 @@ The key hashes, as one canonical JSON document (`parts`):
 - `lock`: the lock entries (matrix.lock.json `inputs`) the target lists for this OCI platform (`targets.<name>.<oci>`);
 - `dockerfile`: the sha256 of the Dockerfile that is built (after a base substitution, the substituted one);
 - `context`: the sha256 of every context file the Dockerfile copies (`COPY`/`ADD` sources without `--from`, bind
-  mounts without `from=`), folders walked, `.dockerignore` applied as the build applies it;
+  mounts without `from=`), folders walked, `.dockerignore` applied as the build applies it; `build/wheelhouse`,
+  which the build itself fills, as `wheels`: the sha256 of each wheel the spec stages there (a key taken before the
+  first build and one taken after it are the same: seen on two real nodes, where the wheelhouse made them differ);
 - `build_args`: the build arguments, the platform and the target (not SOURCE_DATE_EPOCH: the commit time changes
   with every commit and decides only file and history times; not the secrets: they carry no image content and
   never enter a key or a log);
@@ -44,6 +46,7 @@ TAG_PREFIX = "ik-"
 REPORT_ANNOTATION = "io.imagebuild.smoke-report"
 KEY_ANNOTATION = "io.imagebuild.input-key"
 INDEX_TYPE = "application/vnd.oci.image.index.v1+json"
+WHEELHOUSE = "build/wheelhouse"  # filled by the build itself (buildkit.prepare): its wheels are hashed at the source
 MAX_CONTEXT_FILES = 100_000  # a COPY of more files than this is refused rather than hashed for minutes
 _COPY = re.compile(r"^(?:COPY|ADD)\s+(.*)$", re.IGNORECASE)
 _BIND = re.compile(r"--mount=(\S+)")
@@ -156,12 +159,14 @@ def parts_of(spec: BuildSpec) -> dict[str, Any]:
     else:
         dockerfile = spec.dockerfile.read_bytes()
     target = spec.plan.target.name if spec.plan is not None else spec.target
+    copied = copied_paths(dockerfile.decode("utf-8", "replace"))
     oci = spec.platform or ""
     return {
         "schema": 1,
         "lock": lock_entries(spec.context, target, oci),
         "dockerfile": hashlib.sha256(dockerfile).hexdigest(),
-        "context": context_digests(spec.context, copied_paths(dockerfile.decode("utf-8", "replace"))),
+        "context": context_digests(spec.context, [p for p in copied if p.rstrip("/") != WHEELHOUSE]),
+        "wheels": {wheel.name: _file_digest(wheel) for wheel in sorted(spec.wheels)},  # what is staged there
         "build_args": {"target": spec.target, "platform": oci, **spec.build_args},
         "bases": [
             {k: sub.get(k) for k in ("public", "used", "used_digest", "platform")} for sub in spec.base_substitution
