@@ -54,10 +54,10 @@ def live_versions() -> dict[str, str | None]:
 
 
 # What an image holds from this checkout at the same path below its root (dockerfiles/templates/stages/final.j2
-# and cross/Dockerfile.j2: `COPY imagecontract/ /opt/imagebuild/imagecontract/`): on a machine that serves from
-# the checkout (the GPU machine), a serve argv naming such a file names the checkout's copy.
+# and cross/Dockerfile.j2: `COPY imagecontract/ /opt/imagebuild/imagecontract/`, smoke/ the same way): on a
+# machine that serves from the checkout (the GPU machine), a serve argv naming such a file names the checkout's copy.
 IMAGE_ROOT = "/opt/imagebuild/"
-FROM_CHECKOUT = ("imagecontract/",)
+FROM_CHECKOUT = ("imagecontract/", "smoke/")
 CHECKOUT = Path(__file__).resolve().parents[1]
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from imagebuild.engine.cli import built_image_id
 from imagebuild.engine.docker import image_store
 from imagebuild.engine.features import EngineFacts, vendored_buildkit
 from imagebuild.engine.interface import smoke_ids
@@ -79,7 +80,7 @@ def test_a_staged_image_is_gated_by_config_or_manifest_digest() -> None:
 
 @pytest.mark.docker
 def test_the_built_image_id_is_the_engines_own_on_either_store(tmp_path: Path) -> None:
-    """Engine.built_image_id: the ID `docker run` and `docker tag` take. On the containerd store that is the
+    """engine/cli.py built_image_id: the ID `docker run` and `docker tag` take. On the containerd store that is the
     manifest digest, not the config digest BuildKit's iidfile holds; on a graph-driver store the two are one."""
     import os
     import subprocess
@@ -97,7 +98,7 @@ def test_the_built_image_id_is_the_engines_own_on_either_store(tmp_path: Path) -
     try:
         inspect = [engine.client, "image", "inspect", "--format", "{{.Id}}", tag]
         own = subprocess.run(inspect, capture_output=True, text=True, check=True).stdout.strip()
-        assert engine.built_image_id(iid, [tag]) == (own, None)
+        assert built_image_id(engine, iid, [tag]) == (own, None)
         if engine.store == "containerd" and engine.mode == "buildx":
             assert iid.read_text().strip() != own  # what the engine would answer "No such image" to
     finally:

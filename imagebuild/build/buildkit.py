@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from imagebuild.build.secrets import Secrets
 from imagebuild.engine import builders
-from imagebuild.engine.cli import start_build
+from imagebuild.engine.cli import built_image_id, start_build
 from imagebuild.engine.docker import Engine
 from imagebuild.errors import BuildFailed, ConfigError
 from imagebuild.plan.git import GitInfo as GitInfo  # re-exported: `from imagebuild.build.buildkit import GitInfo`
@@ -311,8 +311,8 @@ def _fetch_pushed(spec: BuildSpec, engine: Engine) -> tuple[builders.Pushed | No
 
 def built_id(spec: BuildSpec, engine: Engine) -> tuple[str | None, str | None]:
     """(the built image's ID as the engine names it, None) or (None, why not): which digest that is depends on the
-    engine's image store, the engine's to say (Engine.built_image_id)."""
-    return engine.built_image_id(spec.iidfile, spec.tags)
+    engine's image store, the engine's to say (engine/cli.py built_image_id)."""
+    return built_image_id(engine, spec.iidfile, spec.tags)
 
 
 def run_builds(

@@ -14,8 +14,15 @@ import socket
 import urllib.parse
 from typing import Any
 
+from imagebuild.envvars import env_seconds
+
 API = "/v1.41"  # Docker 20.10's API version; later engines answer it too
 MAX_BODY = 1024 * 1024
+
+
+def engine_timeout() -> float:
+    """Seconds an engine gets to answer a question (not a build): an address that never answers ends here."""
+    return env_seconds("IMAGEBUILD_ENGINE_TIMEOUT", 30)
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -40,8 +47,6 @@ def _call(method: str, path: str) -> tuple[int, Any] | None:
     where = socket_path()
     if where is None:
         return None
-    from imagebuild.engine.docker import engine_timeout
-
     conn = _UnixConnection(where, engine_timeout())
     try:
         conn.request(method, API + path)

@@ -129,3 +129,18 @@ def add_layer(engine: Engine, image: str, tags: list[str], files: Mapping[str, s
         flags = platform_args(engine, image) + (oci if engine.mode == "buildx" else [])
         docker(engine, *build, "-q", *flags, "--iidfile", str(ctx / "iid"), *tag_args, str(ctx), timeout=600)
         return image_id(engine, tags[0]) if tags else (ctx / "iid").read_text().strip()
+
+
+def built_image_id(engine: Engine, iidfile: Path, tags: list[str]) -> tuple[str | None, str | None]:
+    """(the built image's ID as this engine names it, None) or (None, why not), after a build that wrote iidfile.
+
+    BuildKit's iidfile holds the config digest, the image ID of a graph-driver engine; the containerd store
+    names a one-manifest image by its manifest digest and answers "No such image" to the config digest (seen
+    on Docker 26.1), so through buildx the ID is the engine's own for the first tag the build wrote."""
+    if engine.mode != "buildx" or not tags:
+        return iidfile.read_text().strip(), None
+    try:
+        found = image_id(engine, tags[0])
+    except CliError as exc:
+        return None, f"the built image {tags[0]} could not be inspected: {exc}"
+    return (found, None) if found.startswith("sha256:") else (None, f"{tags[0]} names no image after the build")

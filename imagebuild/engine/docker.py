@@ -24,9 +24,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from imagebuild.engine.api import engine_timeout
 from imagebuild.engine.features import CONTAINERD_STORE, EngineFacts, vendored_buildkit
 from imagebuild.engine.interface import ImageNotFound
-from imagebuild.envvars import env_seconds
 from imagebuild.errors import ConfigError
 from imagebuild.plan.imageref import ImageRef, local_tag, read_record
 from imagecontract import kinds
@@ -77,22 +77,6 @@ class Engine:
         """ConfigError (exit 2) naming the feature and the engine that has it, when this one lacks it."""
         self.facts.require(feature, needed_by)
 
-    def built_image_id(self, iidfile: Path, tags: list[str]) -> tuple[str | None, str | None]:
-        """(the built image's ID as this engine names it, None) or (None, why not), after a build that wrote iidfile.
-
-        BuildKit's iidfile holds the config digest, the image ID of a graph-driver engine; the containerd store
-        names a one-manifest image by its manifest digest and answers "No such image" to the config digest (seen
-        on Docker 26.1), so through buildx the ID is the engine's own for the first tag the build wrote."""
-        if self.mode != "buildx" or not tags:
-            return iidfile.read_text().strip(), None
-        from imagebuild.engine.cli import CliError, image_id
-
-        try:
-            found = image_id(self, tags[0])
-        except CliError as exc:
-            return None, f"the built image {tags[0]} could not be inspected: {exc}"
-        return (found, None) if found.startswith("sha256:") else (None, f"{tags[0]} names no image after the build")
-
     def describe(self) -> str:
         how = "docker buildx build" if self.mode == "buildx" else "DOCKER_BUILDKIT=1 docker build"
         store = f", {self.store} image store" if self.store else ""
@@ -114,11 +98,6 @@ def _candidates() -> list[str]:
     if not found and shutil.which("docker"):
         found.append(shutil.which("docker") or "docker")
     return found
-
-
-def engine_timeout() -> float:
-    """Seconds an engine gets to answer a question (not a build): an address that never answers ends here."""
-    return env_seconds("IMAGEBUILD_ENGINE_TIMEOUT", 30)
 
 
 def _run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
