@@ -305,13 +305,16 @@ def test_lookup_verdicts_use_loads_on(tmp_path: Path) -> None:
     page = page_for(tmp_path)
     verdicts = page.lookup["verdicts"]
     runs = {d: sorted(rid for rid, (ok, _) in verdicts[d].items() if ok) for d in ("gfx942", "sm_90", "gfx1100")}
-    assert runs["gfx942"] == ["rocm6.1-torch2.3|linux/amd64|gfx942"]
+    # the seed image and the MI300 family's vLLM image (issue 32)
+    assert runs["gfx942"] == ["rocm6.1-torch2.3|linux/amd64|gfx942", "rocm7.14-gfx942-torch2.12|linux/amd64|gfx942"]
     assert runs["sm_90"] == [
         "cuda12.1-torch2.3|linux/amd64|sm_90",
+        "cuda13.0-torch2.14.1-sglang|linux/amd64|sm_90",
+        "cuda13.0-torch2.14.1-sglang|linux/arm64|sm_90",
         "cuda13.0-torch2.14|linux/amd64|sm_90",  # one image for both CPU platforms (issue 31)
         "cuda13.0-torch2.14|linux/arm64|sm_90",
     ]
-    assert runs["gfx1100"] == []
+    assert runs["gfx1100"] == ["rocm7.14-gfx110x-torch2.12|linux/amd64|gfx1100"]  # only the RDNA3 family's image
     why = verdicts["gfx1100"]
     assert why["rocm6.1-torch2.3|linux/amd64|gfx942"][1].startswith("no code for gfx1100 in this image")
     assert why["cuda12.1-torch2.3|linux/amd64|sm_90"][1] == "NVIDIA image (sm_80, sm_90); gfx1100 is an AMD GPU"
