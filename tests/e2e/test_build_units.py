@@ -114,10 +114,13 @@ def test_labels_summarise_the_manifest() -> None:
 
 def test_arch_selects_targets_whose_platform_has_it_and_renders_for_it_alone() -> None:
     matrix = load_matrix(REPO / "matrix.yaml")
-    assert [t.name for t in select_targets(matrix, [], "gfx942")] == ["rocm6.1-torch2.3"]
-    assert [t.name for t in select_targets(matrix, [], "sm_90")] == ["cuda12.1-torch2.3", "cuda13.0-torch2.14"]
-    assert [t.name for t in select_targets(matrix, [], "sm_120")] == ["cuda13.0-torch2.14"]  # CUDA 12.1 has none
-    (only,) = plan(matrix, [], PlanOptions(arch="gfx942"), env={})
+    assert [t.name for t in select_targets(matrix, [], "gfx942")] == ["rocm6.1-torch2.3", "rocm7.14-gfx942-torch2.12"]
+    sm_90 = ["cuda12.1-torch2.3", "cuda13.0-torch2.14", "cuda13.0-torch2.14.1-sglang"]
+    assert [t.name for t in select_targets(matrix, [], "sm_90")] == sm_90
+    assert [t.name for t in select_targets(matrix, [], "sm_120")] == sm_90[1:]  # CUDA 12.1 has no sm_120
+    seed, family = plan(matrix, [], PlanOptions(arch="gfx942"), env={})
+    assert family.plan is not None and family.plan.target.name == "rocm7.14-gfx942-torch2.12"
+    only = seed
     assert only.plan is not None and only.plan.stage("final").arch_env["PYTORCH_ROCM_ARCH"] == "gfx942"
     assert 'PYTORCH_ROCM_ARCH="gfx942"' in only.rendered_files["Dockerfile"]
     assert only.render_dir == REPO / "build/render/rocm6.1-torch2.3"
