@@ -132,20 +132,21 @@ CASES = [
     ("not-a-mapping", lambda text: "- platforms\n- torch\n", "must be a mapping", None),
     (
         "missing-section",
-        lambda text: re.sub(r"\nruntimes:.*?\n\n", "\n", text, flags=re.S),
+        # the whole section: to the next top-level key (its entries hold blank lines and comments)
+        lambda text: re.sub(r"\nruntimes:\n(?:[ #].*\n|\n)*", "\n", text),
         "unknown runtime 'text-generation-inference'",
         None,
     ),
     (
         "runtime-kind-misspelled",
         _replace("    kind: tgi\n", "    kind: tgii\n"),
-        "expected one of 'tgi', 'pip', 'vllm', got 'tgii'; did you mean 'tgi'?",
+        "expected one of 'tgi', 'pip', 'vllm', 'sglang', got 'tgii'; did you mean 'tgi'?",
         "kind: tgii",
     ),
     (
         "runtime-kind-missing",
         _replace("    kind: tgi\n", ""),
-        "runtimes.text-generation-inference.kind: expected one of 'tgi', 'pip', 'vllm', missing",
+        "runtimes.text-generation-inference.kind: expected one of 'tgi', 'pip', 'vllm', 'sglang', missing",
         "  text-generation-inference:",
     ),
     (
