@@ -279,7 +279,27 @@ NOT_INJECTED = {
     "SizeBudget.compressed_mb": "unset in matrix.yaml; an int (ge=1), never rendered into a Dockerfile or shell line",
     "PipRuntime.packages": "unset for transformers-serve (a requirements file); the same field of vllm is injected",
     "VllmRuntime.requirements": "refused for a vllm runtime (runtime_vllm.py): the lock resolves its packages",
+    "SglangRuntime.requirements": "refused for an sglang runtime (runtime_sglang.py): the lock resolves its packages",
 }
+# settings.builder / settings.builders (issue 33) are absent from the committed matrix.yaml, so nothing above injects
+# into them; none of their values reaches a Dockerfile: they go to buildx as whole argv elements
+# (engine/builders.py), every string has a pattern or a closed set (matrix/builders.py), and the refusals are
+# tests/test_builders_config.py's
+BUILDER_FIELDS = {
+    "Settings.builder": "a name (Name pattern), looked up in settings.builders",
+    "BuilderConfig.driver": "Literal remote | kubernetes",
+    "BuilderConfig.namespace": "Name pattern",
+    "BuilderConfig.staging": "STAGING_PATTERN (a registry repository)",
+    "BuilderNode.name": "Name pattern",
+    "BuilderNode.endpoint": "ENDPOINT_PATTERN (unix:// or tcp:// only; ';rm -rf /' refused in test_builders_config)",
+    "BuilderNode.node_selector": "SELECTOR_PATTERN",
+    "BuilderNode.platforms": "OciPlatformName: a known OCI platform",
+    "NodeTls.ca": "AbsPath: an absolute path (a file buildx reads; never a build arg or a log line)",
+    "NodeTls.cert": "AbsPath",
+    "NodeTls.key": "AbsPath",
+    "NodeTls.server_name": "Name pattern",
+}
+NOT_INJECTED.update(BUILDER_FIELDS)
 
 
 def test_every_model_field_is_enumerated() -> None:
