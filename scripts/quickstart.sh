@@ -32,7 +32,8 @@ print(
 )
 PY
 # A throwaway signing key pair under build/keys (its password in a file, never an argument): signs what the
-# quick start publishes to the loopback registry. Real releases sign keyless in CI (README: "Verify an image").
+# quick start publishes to the loopback registry. Real releases sign keyless in CI (docs/reference.md: "Verify an
+# image").
 KEYS=build/keys
 if [[ ! -f "$KEYS/cosign.key" ]]; then
     echo "== throwaway cosign key pair in ${KEYS}/"

@@ -235,7 +235,7 @@ def detect_gpu() -> str:
 
 def device_options(gpu: str) -> dict[str, Any]:
     """The docker run options a `--gpu` value needs: its platform kind's DEVICE flags (imagecontract/kinds, the
-    same flags the README lists for CI runners) in the docker SDK's words."""
+    same flags docs/reference.md lists for CI runners) in the docker SDK's words."""
     from docker.types import DeviceRequest
 
     flags = kinds.for_gpu(gpu).DEVICE

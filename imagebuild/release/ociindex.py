@@ -7,7 +7,7 @@ reads the tag back: an index (never one platform's image), the platforms asked f
 BuildKit's attestation manifests (buildx's default provenance: an index entry with platform unknown/unknown and
 annotation vnd.docker.reference.type=attestation-manifest) are not platforms: the read-back lists them apart and
 never counts them as children, so an index with or without them reads and verifies the same. The indexes this tool
-writes leave them out (docs: README "What each engine produces"): their provenance records build times (the
+writes leave them out (docs/reference.md: "Engines: the details"): their provenance records build times (the
 index digest would change with every build) and each child is already signed and attested with cosign.
 """
 
