@@ -37,7 +37,15 @@ from e2e_helpers import REGISTRY, imagebuild
 from imagebuild.engine.registry import Registry, RepoRef
 from imagebuild.release.ociindex import read_index
 
-pytestmark = [pytest.mark.docker, pytest.mark.registry]
+# Opt-in: the whole two-node path takes 34 min on the 2-core machine (cold builds of both legs on two nodes, then
+# the one-engine path for comparison), too long for every CI run, as the multi-GB GPU builds are; run it with
+# IMAGEBUILD_MULTINODE_E2E=1 (bench/multinode.py measures the same path), and before changing the builder code.
+OPT_IN = "IMAGEBUILD_MULTINODE_E2E"
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.registry,
+    pytest.mark.skipif(os.environ.get(OPT_IN) != "1", reason=f"34 min on 2 cores: run with {OPT_IN}=1"),
+]
 
 ENGINE = os.environ.get("IMAGEBUILD_MULTINODE_ENGINE", "unix:///var/run/imagebuild-docker26.sock")
 LABELS_THAT_DIFFER = {"io.imagebuild.base-substitution"}
