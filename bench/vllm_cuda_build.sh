@@ -18,7 +18,8 @@
 # (torch stage 5.6 GB + vLLM stage ~4 GB + the final COPY of the venv ~10.5 GB + ~4.6 GB of compressed layer blobs),
 # the plain one at about 15 GB. The two run one after the other: ours, its numbers, its image and its build-cache
 # records removed (by record id: nobody else's cache), then the plain one. Each starts only while the disk keeps
-# FLOOR_GB free after its peak; one that cannot is recorded as not built, with the free space it saw.
+# FLOOR_GB free after its peak; one that cannot is recorded as not built, with the free space it saw. KEEP_OURS=1 keeps
+# our image (and its build cache) for a smoke or coverage scan afterwards.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -107,8 +108,12 @@ size() { docker image inspect --format '{{.Size}}' "$1"; }
 compressed() { docker save "$1" | gzip -1 | wc -c; }
 
 ours_size="$(size "$ours_tag")" ours_gz="$(compressed "$ours_tag")" ours_layers="$(layers "$ours_tag")"
-docker rmi "$ours_tag" "${ours_tag}-bare" >/dev/null 2>&1 || true
-drop_own_cache
+if [[ "${KEEP_OURS:-0}" == 1 ]]; then  # kept for a smoke or a coverage scan after the bench (needs ~26 GB more)
+    docker rmi "${ours_tag}-bare" >/dev/null 2>&1 || true
+else
+    docker rmi "$ours_tag" "${ours_tag}-bare" >/dev/null 2>&1 || true
+    drop_own_cache
+fi
 plain_cold=null plain_cached=null plain_size=null plain_gz=null plain_layers="" plain_why=""
 if room_for 15; then
     plain_cold="$(plain_build --no-cache cold)"
