@@ -61,7 +61,8 @@ class LocalImage:
 
     `id` is the engine's own ID, what run, tag and a smoke report take on every store: the config digest on a
     graph-driver store (Docker 20.10), the manifest or index digest on the containerd store (Docker 26.1, 28.5).
-    `size` is the unpacked size the engine reports (None when it reports none)."""
+    `size` is the size the engine reports (None when it reports none): unpacked on a graph-driver store, the stored
+    content (compressed layers) on the containerd store; the sum of the history's layers is unpacked on both."""
 
     id: str
     tags: tuple[str, ...] = ()
