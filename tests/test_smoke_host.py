@@ -60,3 +60,22 @@ def test_a_fitting_report_is_written_once_with_what_the_host_knows(tmp_path: Pat
     assert written["image_id"] == IMAGE_ID and written["image"]["target"] == "t"
     assert (written["gpu"], written["exit_code"], written["image_ref"]) == ("none", 0, "t")
     assert outcome.report.image_id == IMAGE_ID and outcome.report.refusal() is None
+
+
+def test_gpu_none_runs_the_suite_on_the_cpu_on_purpose_and_auto_does_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--gpu none (the operator's word) asks the suite for --device cpu, so a GPU image's CPU part can pass with its
+    GPU checks reported as not run (issue 31 item 4); --gpu auto on a host without a GPU leaves the suite's own
+    'auto', whose environment check fails a GPU image (a runner that lost its GPU). Stub engine: no container."""
+    from imagebuild.prove import smoke as prove_smoke
+
+    monkeypatch.setattr(prove_smoke, "detect_gpu", lambda: "none")  # this host's answer, made the same everywhere
+    asked = {}
+    for gpu in ("none", "auto"):
+        engine = _engine(json.dumps(FITS))
+        prove_smoke.run_smoke(engine, LocalImage(IMAGE_ID), gpu, tmp_path / gpu / "r.json", tmp_path / "j.xml", "t")
+        (spec,) = engine.runs
+        asked[gpu] = spec.entrypoint
+    assert asked["none"][-2:] == ("--device", "cpu")
+    assert "--device" not in asked["auto"]

@@ -60,6 +60,10 @@ def run_smoke(
     """Run the suite in a throwaway container; write report (with image_id), JUnit and the container log.
     time_scale multiplies the suite's deadlines and this run's own (an emulated platform's slow CPU)."""
     timeout_s = env_int(TIMEOUT_ENV, TIMEOUT_DEFAULT_S, minimum=1) * time_scale
+    # --gpu none said by the operator runs the suite on the CPU on purpose (a GPU image's CPU part: environment,
+    # imports, ops on the CPU, the runtime skipped with its reason; the report says device cpu). A GPU image smoked
+    # with --gpu auto on a host that has none still fails its environment check: a runner that lost its GPU is an error.
+    device_args = ("--device", "cpu") if gpu == "none" else ()
     gpu = detect_gpu() if gpu == "auto" else gpu
     node = kinds.for_gpu(gpu).REQUIRED_NODE
     if node and not Path(node).exists():
@@ -74,7 +78,16 @@ def run_smoke(
     spec = RunSpec(
         image.id,
         command=(),
-        entrypoint=("python3", "-m", "smoke", "--report", "/out/report.json", "--junit", "/out/junit.xml"),
+        entrypoint=(
+            "python3",
+            "-m",
+            "smoke",
+            "--report",
+            "/out/report.json",
+            "--junit",
+            "/out/junit.xml",
+            *device_args,
+        ),
         environment={"PYTHONPATH": IMAGE_ROOT, TIME_SCALE_ENV: str(time_scale)},
         mounts=(Mount(str(out.resolve()), "/out"),),
         network="host",
