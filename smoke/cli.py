@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # smoke.context imports torch: only once torch has imported (
     from smoke.context import Context
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-CHECK_NAMES = ["environment", "silu", "linear", "attention", "tunableop", "runtime"]
+CHECK_NAMES = ["environment", "imports", "silu", "linear", "attention", "tunableop", "runtime"]
 
 
 class UsageError(Exception):

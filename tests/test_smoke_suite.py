@@ -10,7 +10,7 @@ import pytest
 
 from tests.test_smoke_helpers import NO_KERNELS, checks_by_name, cpu_manifest, run_smoke, write_json
 
-ALL = ["environment", "silu", "linear", "attention", "tunableop", "runtime"]
+ALL = ["environment", "imports", "silu", "linear", "attention", "tunableop", "runtime"]
 
 
 @pytest.fixture
@@ -42,6 +42,7 @@ def test_cpu_suite_passes_and_reports(tmp_path: Path, manifest: Path) -> None:
         assert checks[name]["status"] == "passed", checks[name]
     assert checks["tunableop"]["status"] == "skipped" and "GPU" in checks["tunableop"]["reason"]
     assert checks["runtime"]["status"] == "skipped" and "no serving runtime" in checks["runtime"]["reason"]
+    assert checks["imports"]["status"] == "skipped" and "no serving runtime" in checks["imports"]["reason"]
     for name in ("silu", "linear", "attention"):
         assert checks[name]["throughput"] and all(v > 0 for v in checks[name]["throughput"].values())
     assert checks["silu"]["numbers"]["F.silu"]["float16"]["err_ratio"] < 1
@@ -50,11 +51,11 @@ def test_cpu_suite_passes_and_reports(tmp_path: Path, manifest: Path) -> None:
     assert "does not include imagebuild-kernels" in checks["silu"]["numbers"]["silu_and_mul"]["reason"]
 
     suite = ET.parse(junit).getroot().find("testsuite")
-    assert suite is not None and suite.get("tests") == "6" and suite.get("failures") == "0"
-    assert suite.get("skipped") == "2"
+    assert suite is not None and suite.get("tests") == "7" and suite.get("failures") == "0"
+    assert suite.get("skipped") == "3"
     cases = suite.findall("testcase")
     assert [c.get("name") for c in cases] == ALL
-    assert cases[4].find("skipped") is not None
+    assert cases[5].find("skipped") is not None
 
 
 def test_without_manifest_runs_with_defaults(tmp_path: Path) -> None:

@@ -63,7 +63,7 @@ def run_smoke(
     # --gpu none said by the operator runs the suite on the CPU on purpose (a GPU image's CPU part: environment,
     # imports, ops on the CPU, the runtime skipped with its reason; the report says device cpu). A GPU image smoked
     # with --gpu auto on a host that has none still fails its environment check: a runner that lost its GPU is an error.
-    device_args = ("--device", "cpu") if gpu == "none" else ()
+    device_args = ("--device", kinds.CPU_ARCH) if gpu == kinds.NO_GPU.SMOKE_GPU else ()  # torch's "cpu" device
     gpu = detect_gpu() if gpu == "auto" else gpu
     node = kinds.for_gpu(gpu).REQUIRED_NODE
     if node and not Path(node).exists():

@@ -49,6 +49,7 @@ class PlatformKind(Protocol):
     OVERRIDE_VARIABLE: str | None  # the variable that makes the runtime report another arch (preflight's table)
     VISIBLE_VARIABLES: tuple[str, ...]  # the runtime's visible-devices filters, in the order it reads them
     DRIVER_FILE: str | None  # where the loaded kernel driver says its version (under a root)
+    DRIVER_LIBRARIES: tuple[str, ...]  # libraries a container gets from the host's driver, absent from any image
     DRIVER_VERSION: re.Pattern[str] | None  # the version in that file (group 1)
     K8S_RESOURCE: str | None  # the device plugin's resource name
     TUNABLEOP_NEEDS_GPU: bool  # torch's TunableOp validators of this kind are known only on a GPU

@@ -25,6 +25,7 @@ ARCH_ALWAYS_KNOWN: bool = False
 OVERRIDE_VARIABLE: str | None = None
 VISIBLE_VARIABLES: tuple[str, ...] = ()
 DRIVER_FILE: str | None = None
+DRIVER_LIBRARIES: tuple[str, ...] = ()
 DRIVER_VERSION: re.Pattern[str] | None = None
 K8S_RESOURCE: str | None = None
 TUNABLEOP_NEEDS_GPU: bool = False  # a CPU build of torch runs no TunableOp

@@ -26,6 +26,9 @@ OVERRIDE_VARIABLE: str | None = None
 VISIBLE_VARIABLES: tuple[str, ...] = ("CUDA_VISIBLE_DEVICES",)
 _VERSION_FILE = "proc/driver/nvidia/version"
 DRIVER_FILE: str | None = _VERSION_FILE
+# the container toolkit mounts these from the host's driver (NVIDIA/libnvidia-container@1d44a936 src/nvc_info.c:69-80,
+# utility_libs and compute_libs): an image never carries them, so an extension linked to one loads only on a GPU host
+DRIVER_LIBRARIES: tuple[str, ...] = ("libcuda.so", "libnvidia-ml.so", "libnvidia-ptxjitcompiler.so")
 # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  ..." / "... Open Kernel Module for x86_64  550.54.14 ..."
 DRIVER_VERSION: re.Pattern[str] | None = re.compile(r"Kernel Module(?: for \S+)?\s+([0-9]+(?:\.[0-9]+)+)", re.ASCII)
 K8S_RESOURCE: str | None = "nvidia.com/gpu"

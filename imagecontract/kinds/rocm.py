@@ -31,6 +31,8 @@ OVERRIDE_VARIABLE: str | None = "HSA_OVERRIDE_GFX_VERSION"
 VISIBLE_VARIABLES: tuple[str, ...] = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 _VERSION_FILE = "sys/module/amdgpu/version"
 DRIVER_FILE: str | None = _VERSION_FILE  # DKMS builds of amdgpu; in-tree kernels have none
+# the ROCm user space (HIP, the HSA runtime) ships in the image; the host gives only /dev/kfd and /dev/dri
+DRIVER_LIBRARIES: tuple[str, ...] = ()
 DRIVER_VERSION: re.Pattern[str] | None = re.compile(r"\A\s*([0-9]+(?:\.[0-9]+)+)", re.ASCII)
 K8S_RESOURCE: str | None = "amd.com/gpu"
 TUNABLEOP_NEEDS_GPU: bool = True  # the ROCm validators (HIPBLASLT_VERSION, ...) need the image's torch on a GPU

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from smoke.checks import attention, environment, linear, runtime, silu, tunableop
+from smoke.checks import attention, environment, imports, linear, runtime, silu, tunableop
 from smoke.context import Context
 from smoke.result import CheckResult
 
 CHECKS: dict[str, Callable[[Context], CheckResult]] = {
     "environment": environment.run,
+    "imports": imports.run,
     "silu": silu.run,
     "linear": linear.run,
     "attention": attention.run,
