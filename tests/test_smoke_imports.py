@@ -96,3 +96,23 @@ def test_a_crashing_import_fails_the_check_not_the_suite(tmp_path: Path, monkeyp
     res = imports.run(_ctx("fakert"))
     assert res.status == "failed" and "without a result" in (res.reason or "")
     assert sys.executable  # the suite's own interpreter is still here
+
+
+def test_the_cause_under_a_package_that_rewrites_the_error_is_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vllm.vllm_flash_attn's __init__ turns its extension's libcuda.so.1 error into its own ImportError: the
+    extension is then loaded from its file alone, and the driver rule applies to what that says."""
+    _fake_runtime(tmp_path, monkeypatch, {})
+    attn = tmp_path / "site" / "fakert" / "attn"
+    attn.mkdir()
+    (attn / "__init__.py").write_text(
+        "try:\n    from fakert.attn import _drv\n"
+        "except ImportError:\n    raise ImportError('requires the CUDA extensions')\n"
+    )
+    (attn / "_drv.abi3.so").write_bytes(_needs_libcuda(tmp_path))
+    record = tmp_path / "site" / "fakert-1.0.dist-info" / "RECORD"
+    record.write_text(record.read_text() + "fakert/attn/__init__.py,,\nfakert/attn/_drv.abi3.so,,\n")
+    res = imports.run(_ctx("fakert"))
+    assert res.status == "passed", res.reason
+    assert res.numbers["needs_gpu_driver"] == {"fakert.attn._drv": "libcuda.so"}

@@ -28,17 +28,25 @@ MAX_EXTENSIONS = 512  # vLLM 0.33.0 ships 14; a distribution listing more is ref
 TAGGED_SUFFIXES = (".abi3.so",)  # plus the interpreter's own .cpython-<tag>.so (below)
 ERROR_CHARS = 300
 
-# The child: imports the module, then each extension; prints one JSON line {name: null | "Type: message"}.
+# The child: imports the module, then each extension; prints one JSON line {name: null | "Type: message"}. An
+# extension that fails through its package (vllm.vllm_flash_attn's __init__ replaces the loader's error with its
+# own) is loaded once more from its file alone, whose error is the cause (e.g. libcuda.so.1 missing).
 CHILD = r"""
-import importlib, json, sys
-names = json.loads(sys.argv[1])
+import importlib, importlib.util, json, sys
 out = {}
-for name in names:
+for name, path in json.loads(sys.argv[1]):
     try:
         importlib.import_module(name)
         out[name] = None
+        continue
     except BaseException as exc:
         out[name] = f"{type(exc).__name__}: {exc}"
+    if path:
+        try:
+            spec = importlib.util.spec_from_file_location(name, path)
+            importlib.util.module_from_spec(spec)
+        except BaseException as exc:
+            out[name] = f"{type(exc).__name__}: {exc}"
 print(json.dumps(out))
 """
 
@@ -50,8 +58,13 @@ def _console_script(name: str) -> metadata.EntryPoint | None:
 def _extension_modules(dist: metadata.Distribution) -> list[str]:
     """Dotted names of the distribution's compiled Python extensions (tagged suffixes only: a plain .so is a
     shared library as often as a module)."""
+    return sorted(_extension_files(dist))
+
+
+def _extension_files(dist: metadata.Distribution) -> dict[str, str]:
+    """Each compiled extension's dotted name and the file it loads from."""
     tags = (*TAGGED_SUFFIXES, next((s for s in _suffixes() if s.startswith(".cpython-")), ".cpython-"))
-    names = []
+    found = {}
     for path in dist.files or ():
         text = str(path)
         suffix = next((t for t in tags if text.endswith(t)), None)
@@ -59,8 +72,8 @@ def _extension_modules(dist: metadata.Distribution) -> list[str]:
             continue
         dotted = text[: -len(suffix)].replace("/", ".")
         if all(part.isidentifier() for part in dotted.split(".")):
-            names.append(dotted)
-    return sorted(set(names))
+            found[dotted] = str(dist.locate_file(path))
+    return found
 
 
 def _suffixes() -> list[str]:
@@ -85,7 +98,8 @@ def run(ctx: Context) -> CheckResult:
     if script is None or script.dist is None:
         return res.skip(f"the runtime's entrypoint {runtime.entrypoint!r} is not a Python console script")
     dist = script.dist
-    extensions = _extension_modules(dist)
+    files = _extension_files(dist)
+    extensions = sorted(files)
     if len(extensions) > MAX_EXTENSIONS:
         res.fail(f"{dist.name} lists {len(extensions)} extension modules (more than {MAX_EXTENSIONS})")
         return res.finish()
@@ -94,7 +108,7 @@ def run(ctx: Context) -> CheckResult:
     deadline = IMPORT_TIMEOUT_S * time_scale(os.environ.get(TIME_SCALE_ENV))
     try:
         child = subprocess.run(
-            [sys.executable, "-c", CHILD, json.dumps([module, *extensions])],
+            [sys.executable, "-c", CHILD, json.dumps([[module, None], *([n, files[n]] for n in extensions)])],
             capture_output=True,
             text=True,
             timeout=deadline,
