@@ -17,7 +17,12 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 SP=${IB_COVERAGE_ROOT:-$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')}
 echo "site-packages: $SP" >>"$OUT/env.txt"
 # Coverage of every library with device code under site-packages (torch, nvidia-* wheels, triton, ...).
-/usr/bin/time -f "coverage wall %e s, max RSS %M KB" python3 -m imagecontract.coverage --root "$SP" \
+# wall time and peak RSS measured by Python's resource module: GNU time (/usr/bin/time) is not on a stock Debian
+python3 -c 'import resource, subprocess, sys, time
+t = time.monotonic(); rc = subprocess.run(sys.argv[1:]).returncode
+rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+print(f"coverage wall {time.monotonic() - t:.2f} s, max RSS {rss} KB", file=sys.stderr); sys.exit(rc)' \
+  python3 -m imagecontract.coverage --root "$SP" \
   --arch "sm_75;sm_80;sm_86;sm_89;sm_90;sm_100;sm_120" >"$OUT/coverage_raw.json" 2>>"$OUT/env.txt"
 # doctor on the real driver (no image: the arches given by hand, as the image label would give them)
 python3 -m imagebuild.prove.doctor >"$OUT/doctor.txt" 2>&1; echo "exit $?" >>"$OUT/doctor.txt"

@@ -151,6 +151,29 @@ def _host_tools() -> list[str]:
     return sorted(p for p in paths if p and Path(p).exists())
 
 
+def _wheel_folders() -> list[str]:
+    """The folders a build reads wheels from, mounted into the runner at the same paths: $PIP_FIND_LINKS's and every
+    `find_links` of matrix.yaml that exists here (local-cpu's torch wheelhouse). Without $PIP_FIND_LINKS (a stock
+    Debian machine) the build reads the matrix's folder, so the runner must see it too (the stock-Debian rehearsal
+    found the runner without it: no torch wheel)."""
+    found = os.environ.get("PIP_FIND_LINKS", "").split()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "find_links" and isinstance(value, str):
+                    found.append(value)
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(yaml.safe_load((REPO / "matrix.yaml").read_text()))
+    folders = {Path(f.removeprefix("file://")) for f in found}
+    return sorted(str(f) for f in folders if f.is_absolute() and f.is_dir())
+
+
 def _socket() -> str:
     host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     if not host.startswith("unix://"):
@@ -433,9 +456,7 @@ class Rehearsal:
         ca = os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
         if Path(ca).is_file():
             mounts.append(f"{ca}:/etc/ssl/certs/ca-certificates.crt:ro")
-        wheels = os.environ.get("PIP_FIND_LINKS", "").removeprefix("file://")
-        if wheels and Path(wheels).is_dir():
-            mounts.append(f"{wheels}:{wheels}:ro")
+        mounts += [f"{folder}:{folder}:ro" for folder in _wheel_folders()]
         cache = Path(self.args.cache)
         cache.mkdir(parents=True, exist_ok=True)
         _chown(cache)
