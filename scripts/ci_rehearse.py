@@ -510,7 +510,9 @@ class Rehearsal:
                 env[key] = os.environ[key]
         env["PIP_CACHE_DIR"] = str(Path(self.args.cache) / "pip")
         if self.wheels:  # the runner's local mirror of imagebuild's dependencies: pip stays off the network
-            env["PIP_FIND_LINKS"] = " ".join(filter(None, [env.get("PIP_FIND_LINKS"), str(self.wheels)]))
+            # the build's own folders first (imagebuild reads torch from the first; the matrix's when the host sets
+            # none), then the wheelhouse
+            env["PIP_FIND_LINKS"] = " ".join([*_wheel_folders(), str(self.wheels)])
             env["PIP_NO_INDEX"] = "1"
         # the build tags images <repo>:<target>: keep the rehearsal's apart from the tags other work uses
         env["IMAGEBUILD_LOCAL_REPO"] = f"{self.args.prefix}-local"
