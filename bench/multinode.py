@@ -185,7 +185,7 @@ def nothing_changed(
 ) -> Any:
     """Both legs staged the CI way and smoked for real, each smoke recorded under its leg's input key; then `build`
     with nothing changed: the seconds until every leg is decided."""
-    from imagebuild.build.input_key import record_smoked
+    from imagebuild.building.input_key import record_smoked
     from imagebuild.engine.registry import Registry, RepoRef
 
     repo = RepoRef.parse(staging)

@@ -109,7 +109,7 @@ def main() -> None:
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args()
 
-    from imagebuild.build.specs import PlanOptions, plan
+    from imagebuild.building.specs import PlanOptions, plan
     from imagebuild.matrix import load_matrix
 
     matrix = load_matrix(REPO / "matrix.yaml")
@@ -124,7 +124,7 @@ def main() -> None:
     ).stdout.strip()
     for spec in specs:
         if spec.wheels:
-            from imagebuild.build.buildkit import stage_wheels
+            from imagebuild.building.buildkit import stage_wheels
 
             stage_wheels(spec.wheels, REPO / "build" / "wheelhouse")
     labels = {k: v for k, v in specs[0].labels.items() if k != "io.imagebuild.image-key"}  # per platform: not shared

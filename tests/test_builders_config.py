@@ -129,7 +129,7 @@ def test_a_pushed_legs_metadata_is_read_bounded_and_must_name_a_digest(tmp_path:
 
 def test_doctor_prints_the_create_commands_of_a_kubernetes_builder_buildx_does_not_know() -> None:
     """Real buildx (skipped without an engine): a configured kubernetes builder is never created by imagebuild."""
-    from imagebuild.build.builder_use import doctor_facts, doctor_lines
+    from imagebuild.building.builder_use import doctor_facts, doctor_lines
     from imagebuild.engine.docker import find_engine
     from imagebuild.errors import ConfigError
 

@@ -266,7 +266,7 @@ def image_with(engine: Any, tag: str, libs: dict[str, Path], manifest: dict[str,
 
 
 def result_for(target: str, image_id: str, tag: str) -> Any:
-    from imagebuild.build.buildkit import TargetResult
+    from imagebuild.building.buildkit import TargetResult
 
     return TargetResult(target, True, image_id, [tag], 1.0, 0, 1, None, [], "build.log", "Dockerfile", [])
 
@@ -284,7 +284,7 @@ def component_manifest(kind: str, arches: list[str], components: dict[str, list[
 @pytest.mark.toolchain
 @needs_hip
 def test_a_deliberate_gfx_gap_fails_the_build_with_exit_3(engine: Any, tmp_path: Path) -> None:
-    from imagebuild.build.buildkit import raise_on_failure
+    from imagebuild.building.buildkit import raise_on_failure
     from imagebuild.errors import BuildFailed
     from imagebuild.prove.coverage import add_coverage
 
@@ -374,7 +374,7 @@ def test_an_image_without_python3_is_recorded_as_not_scanned_and_builds(engine: 
     image stays as BuildKit made it, and no coverage document is written."""
     import subprocess
 
-    from imagebuild.build.buildkit import raise_on_failure
+    from imagebuild.building.buildkit import raise_on_failure
     from imagebuild.prove.coverage import NO_PYTHON, add_coverage
 
     tag = f"{PREFIX}:no-python"

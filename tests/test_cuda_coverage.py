@@ -557,7 +557,7 @@ def test_the_build_hook_fails_an_image_whose_required_library_lacks_a_requested_
     one line naming the library and what it carries, and adds no layer; asked for sm_90 + sm_121a it passes."""
     from test_coverage import component_manifest, image_with, result_for
 
-    from imagebuild.build.buildkit import raise_on_failure
+    from imagebuild.building.buildkit import raise_on_failure
     from imagebuild.engine.docker import find_engine
     from imagebuild.errors import BuildFailed, ConfigError
     from imagebuild.prove.coverage import add_coverage

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from imagebuild.build.specs import PlanOptions, plan
+from imagebuild.building.specs import PlanOptions, plan
 from imagebuild.matrix import load_matrix
 from imagebuild.plan.image_key import ImageKey, arch_variant
 from imagebuild.plan.target_plan import plan_for

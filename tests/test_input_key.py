@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from imagebuild.build.buildkit import BuildSpec
-from imagebuild.build.input_key import (
+from imagebuild.building.buildkit import BuildSpec
+from imagebuild.building.input_key import (
     copied_paths,
     find_reusable,
     input_key,

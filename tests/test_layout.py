@@ -100,12 +100,12 @@ MAY_IMPORT = {
     "lock": {"matrix", "engine"},
     "render": {"plan", "matrix", "lock"},
     "engine": {"plan"},  # plan/imageref.py: which image a target's build recorded
-    "build": {"plan", "matrix", "render", "engine", "lock"},
-    "prove": {"build", "plan", "matrix", "engine"},
-    "release": {"build", "plan", "matrix", "engine", "lock"},
+    "building": {"plan", "matrix", "render", "engine", "lock"},
+    "prove": {"building", "plan", "matrix", "engine"},
+    "release": {"building", "plan", "matrix", "engine", "lock"},
     "tunableop": {"matrix", "engine"},
     "report": {"release", "plan", "matrix", "engine"},
-    "commands": {"matrix", "plan", "render", "build", "engine", "prove", "release", "tunableop", "lock", "report"},
+    "commands": {"matrix", "plan", "render", "building", "engine", "prove", "release", "tunableop", "lock", "report"},
 }
 SHARED = {"imagebuild", "imagebuild.errors", "imagebuild.envvars", "imagebuild.signals"}  # signals: stdlib only
 

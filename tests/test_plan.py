@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.build.buildkit import GitInfo
+from imagebuild.building.buildkit import GitInfo
 from imagebuild.matrix import arches, load_matrix
 from imagebuild.plan.target_plan import plan_for, resolve_plan
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.build import post_cache
-from imagebuild.build.buildkit import TargetResult
+from imagebuild.building import post_cache
+from imagebuild.building.buildkit import TargetResult
 from imagebuild.engine import api
 from imagebuild.engine.docker import Engine
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.build.specs import PlanOptions, plan
+from imagebuild.building.specs import PlanOptions, plan
 from imagebuild.errors import PublishFailed
 from imagebuild.matrix import load_matrix
 from imagebuild.plan.git import GitInfo

@@ -100,7 +100,7 @@ def test_environment_variables_are_read_when_used_not_at_import(monkeypatch) -> 
 
 
 def test_source_date_epoch_is_checked(monkeypatch, tmp_path: Path) -> None:
-    from imagebuild.build.buildkit import GitInfo
+    from imagebuild.building.buildkit import GitInfo
 
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
     with pytest.raises(ConfigError, match="SOURCE_DATE_EPOCH"):

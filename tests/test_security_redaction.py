@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from imagebuild.build.secrets import MAX_SECRET_FILE, MIN_NEEDLE, REDACTED, Secrets, check_secret_flags
+from imagebuild.building.secrets import MAX_SECRET_FILE, MIN_NEEDLE, REDACTED, Secrets, check_secret_flags
 from imagebuild.errors import ConfigError
 
 SETTINGS = settings(

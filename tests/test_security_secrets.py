@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from imagebuild.build.secrets import collect_secrets, parse_secret_flag
+from imagebuild.building.secrets import collect_secrets, parse_secret_flag
 from imagebuild.cli import main
 from imagebuild.errors import ConfigError
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from imagebuild.build import sizes
+from imagebuild.building import sizes
 from imagebuild.errors import ConfigError
 from imagebuild.matrix import load_matrix
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.build import base_substitute, post_cache
-from imagebuild.build.specs import PlanOptions, plan
+from imagebuild.building import base_substitute, post_cache
+from imagebuild.building.specs import PlanOptions, plan
 from imagebuild.errors import ConfigError
 from imagebuild.lock import inputs as lock_inputs
 from imagebuild.lock import lockfile
@@ -203,8 +203,8 @@ def test_dry_run_names_both_bases_and_the_digest_used(cli) -> None:
 
 def test_a_real_build_from_the_substituted_base_records_it_in_report_label_and_provenance(tmp_path: Path) -> None:
     """A tiny real build (the engine here): FROM the public name, substituted by the local Debian base."""
-    from imagebuild.build.buildkit import BuildSpec, run_build, write_report
-    from imagebuild.build.secrets import Secrets
+    from imagebuild.building.buildkit import BuildSpec, run_build, write_report
+    from imagebuild.building.secrets import Secrets
     from imagebuild.engine.docker import find_engine
     from imagebuild.release import attest
 

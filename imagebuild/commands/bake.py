@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from imagebuild.build.bake import bake_file, write_bake
-from imagebuild.build.buildkit import prepare
-from imagebuild.build.specs import PlanOptions, plan
+from imagebuild.building.bake import bake_file, write_bake
+from imagebuild.building.buildkit import prepare
+from imagebuild.building.specs import PlanOptions, plan
 from imagebuild.commands.common import echo_plans
 
 

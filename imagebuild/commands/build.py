@@ -11,19 +11,19 @@ from pathlib import Path
 
 import click
 
-from imagebuild.build import base_substitute, builder_use, post_cache
-from imagebuild.build.buildkit import (
+from imagebuild.building import base_substitute, builder_use, post_cache
+from imagebuild.building.buildkit import (
     TargetResult,
     raise_on_failure,
     run_builds,
     write_report,
 )
-from imagebuild.build.buildkit import (
+from imagebuild.building.buildkit import (
     command as build_argv,
 )
-from imagebuild.build.secrets import Secrets, check_secret_flags, collect_secrets
-from imagebuild.build.sizes import add_sizes
-from imagebuild.build.specs import PlanOptions, plan
+from imagebuild.building.secrets import Secrets, check_secret_flags, collect_secrets
+from imagebuild.building.sizes import add_sizes
+from imagebuild.building.specs import PlanOptions, plan
 from imagebuild.commands.common import echo_plans, platforms_option, warn
 from imagebuild.engine.docker import Engine, find_engine
 from imagebuild.prove.coverage import add_coverage, required_libraries

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from imagebuild.build.builder_use import doctor_facts, doctor_lines
+from imagebuild.building.builder_use import doctor_facts, doctor_lines
 from imagebuild.commands.common import echo_json
 from imagebuild.engine.features import FEATURES
 from imagebuild.engine.reference import image_argument

@@ -42,7 +42,7 @@ from imagecontract.models.coverage import COVERAGE_SCHEMA_VERSION, ArchCoverage,
 from imagecontract.targets import loads_on
 
 if TYPE_CHECKING:
-    from imagebuild.build.buildkit import TargetResult
+    from imagebuild.building.buildkit import TargetResult
     from imagebuild.engine.docker import Engine
 
 IMAGE_PATH = "/opt/imagebuild/arch-coverage.json"

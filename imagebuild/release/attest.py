@@ -152,7 +152,7 @@ def _manifest_dependencies(
 def _base_substitution(labels: Mapping[str, str]) -> dict[str, Any]:
     """The base the image was built FROM in place of the public one (`--base-substitute`): both names and the
     digest used, from its label; nothing when it was built FROM its own base."""
-    from imagebuild.build.base_substitute import from_labels
+    from imagebuild.building.base_substitute import from_labels
 
     records = from_labels(dict(labels))
     return {} if records is None else {"base_substitution": records}

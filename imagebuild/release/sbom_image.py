@@ -22,7 +22,7 @@ from imagecontract.models import KernelsReport, Manifest, Model, ModelError
 M = TypeVar("M", bound=Model)
 
 if TYPE_CHECKING:
-    from imagebuild.build.buildkit import TargetResult
+    from imagebuild.building.buildkit import TargetResult
     from imagebuild.engine.docker import Engine
     from imagebuild.release.sbom import Inventory
 

@@ -114,8 +114,8 @@ def test_broken_step_exits_3_and_names_the_step(engine: str, tmp_path: Path) -> 
 def test_parallel_jobs_keep_each_result(engine: str, tmp_path: Path) -> None:
     """One failing target does not lose another's result: the lead's matrix has one CPU target, so two
     scratch matrices are built at once through the library, as `--jobs 2` does."""
-    from imagebuild.build.buildkit import BuildSpec, run_builds
-    from imagebuild.build.secrets import collect_secrets
+    from imagebuild.building.buildkit import BuildSpec, run_builds
+    from imagebuild.building.secrets import collect_secrets
     from imagebuild.engine.docker import find_engine
 
     good = tmp_path / "good.Dockerfile"

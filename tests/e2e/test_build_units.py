@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.build.bake import bake_file
-from imagebuild.build.buildkit import BuildSpec, GitInfo, LogSummary, command
-from imagebuild.build.secrets import collect_secrets
-from imagebuild.build.specs import PlanOptions, plan, select_targets
+from imagebuild.building.bake import bake_file
+from imagebuild.building.buildkit import BuildSpec, GitInfo, LogSummary, command
+from imagebuild.building.secrets import collect_secrets
+from imagebuild.building.specs import PlanOptions, plan, select_targets
 from imagebuild.engine.docker import Engine
 from imagebuild.engine.registry import RepoRef
 from imagebuild.errors import ConfigError

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.build.buildkit import TargetResult, image_ref
+from imagebuild.building.buildkit import TargetResult, image_ref
 from imagebuild.engine import docker as engine_mod
 from imagebuild.engine.sdk import DockerEngine
 from imagebuild.plan import imageref

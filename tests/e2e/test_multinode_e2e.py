@@ -238,7 +238,7 @@ def test_a_second_build_with_nothing_changed_reuses_every_leg(
 ) -> None:
     """Each smoked two-node leg staged by digest, its passing smoke recorded under its input key; the next build of
     the two-node builder asks the registry and builds nothing, well under 5 s a leg."""
-    from imagebuild.build.input_key import record_smoked
+    from imagebuild.building.input_key import record_smoked
 
     built = json.loads((fleet.workspace / "build" / "two-node-report.json").read_text())
     staging, public = RepoRef.parse(fleet.staging), RepoRef.parse(two_node_published[0])

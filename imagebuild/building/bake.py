@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from imagebuild.build.buildkit import BuildSpec
-from imagebuild.build.secrets import DEFAULT_CA_BUNDLE
+from imagebuild.building.buildkit import BuildSpec
+from imagebuild.building.secrets import DEFAULT_CA_BUNDLE
 from imagecontract.atomic import write_atomic
 
 

@@ -20,7 +20,7 @@ from imagecontract.atomic import write_atomic
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from imagebuild.build.buildkit import TargetResult
+    from imagebuild.building.buildkit import TargetResult
     from imagebuild.engine.docker import Engine
 
 _ROOT = Path(__file__).resolve().parents[2]
@@ -29,8 +29,8 @@ HOOK_SOURCES = (
     "imagebuild/prove/coverage.py",
     "imagebuild/release/sbom.py",
     "imagebuild/release/sbom_image.py",
-    "imagebuild/build/sizes.py",
-    "imagebuild/build/post_cache.py",
+    "imagebuild/building/sizes.py",
+    "imagebuild/building/post_cache.py",
 )
 MAX_RECORD = 256 * 1024
 

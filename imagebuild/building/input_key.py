@@ -38,7 +38,7 @@ from imagebuild.errors import ConfigError
 from imagebuild.lock import lockfile
 
 if TYPE_CHECKING:
-    from imagebuild.build.buildkit import BuildSpec, TargetResult
+    from imagebuild.building.buildkit import BuildSpec, TargetResult
     from imagebuild.engine.docker import Engine
     from imagebuild.engine.registry import Registry
 
@@ -235,7 +235,7 @@ def find_reusable(registry: Registry, repo: str, key: str) -> Reusable | None:
 
 def reuse(engine: Engine, staging: str, specs: list[BuildSpec]) -> tuple[list[BuildSpec], list[TargetResult]]:
     """(the specs still to build, a result for each leg reused from staging), every spec's key looked up once."""
-    from imagebuild.build.buildkit import TargetResult, built_id
+    from imagebuild.building.buildkit import TargetResult, built_id
     from imagebuild.engine import builders
     from imagebuild.engine.registry import Registry, RegistryError, RepoRef
 

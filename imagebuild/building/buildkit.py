@@ -19,12 +19,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from imagebuild.build.secrets import Secrets
+from imagebuild.building.secrets import Secrets
 from imagebuild.engine import builders
 from imagebuild.engine.cli import built_image_id, start_build
 from imagebuild.engine.docker import Engine
 from imagebuild.errors import BuildFailed, ConfigError
-from imagebuild.plan.git import GitInfo as GitInfo  # re-exported: `from imagebuild.build.buildkit import GitInfo`
+from imagebuild.plan.git import GitInfo as GitInfo  # re-exported: `from imagebuild.building.buildkit import GitInfo`
 from imagebuild.plan.imageref import ImageRef, write_record
 from imagecontract.atomic import write_atomic
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from imagebuild.build import base_substitute
-from imagebuild.build.buildkit import BuildSpec
+from imagebuild.building import base_substitute
+from imagebuild.building.buildkit import BuildSpec
 from imagebuild.errors import ConfigError
 from imagebuild.plan.git import GitInfo
 from imagebuild.plan.target_plan import RENDER_DIR, oci_platforms, resolve_plan

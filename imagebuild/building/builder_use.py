@@ -20,7 +20,7 @@ from imagebuild.matrix.oci_platform import for_host
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from imagebuild.build.buildkit import BuildSpec, TargetResult
+    from imagebuild.building.buildkit import BuildSpec, TargetResult
     from imagebuild.engine.docker import Engine
     from imagebuild.matrix.models import Settings
 
@@ -89,7 +89,7 @@ def prepare_legs(
 ) -> tuple[list[BuildSpec], list[TargetResult]]:
     """Builder and node per leg (asked: --builder, --staging), then reuse by input key where a staging repository
     is known. (the specs to build, the results of legs reused instead); each decision is said in one line."""
-    from imagebuild.build import input_key
+    from imagebuild.building import input_key
 
     name, staging = asked
     chosen = choose(engine, settings, name, staging, create=not dry_run)
