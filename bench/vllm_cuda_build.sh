@@ -32,7 +32,7 @@ plain_tag=imagebuild-bench/plain-vllm:0.33.0
 ours_tag="imagebuild-bench:${target}"
 out="$root/bench/results/vllm_cuda_build.json"
 work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+trap 'status=$?; if [[ $status == 0 ]]; then rm -rf "$work"; else echo "logs kept in $work" >&2; fi' EXIT
 export IMAGEBUILD_LOCAL_REPO=imagebuild-bench
 docker image inspect "$base" >/dev/null 2>&1 || { echo "error: $base is missing (bash scripts/setup.sh makes it)" >&2; exit 2; }
 cert="${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}"
@@ -74,8 +74,10 @@ clear_cache() { if [[ $prune == 1 ]]; then docker builder prune -af >/dev/null; 
 plain_build() {  # $1: extra flags (--no-cache or nothing); prints the seconds
     local started
     started="$(date +%s.%N)"
-    docker buildx build --progress plain --load --platform linux/amd64 $1 --secret "id=pipcert,src=$cert" \
-        -t "$plain_tag" "$work/plain" >"$work/plain-$2.log" 2>&1
+    # host networking, as imagebuild's own builds use (this machine's builds reach the network only that way)
+    docker buildx build --progress plain --network host --load --platform linux/amd64 $1 \
+        --secret "id=pipcert,src=$cert" -t "$plain_tag" "$work/plain" >"$work/plain-$2.log" 2>&1 \
+        || { tail -20 "$work/plain-$2.log" >&2; return 1; }
     seconds "$started"
 }
 
@@ -111,7 +113,8 @@ ours_size="$(size "$ours_tag")" ours_gz="$(compressed "$ours_tag")" ours_layers=
 if [[ "${KEEP_OURS:-0}" == 1 ]]; then  # kept for a smoke or a coverage scan after the bench (needs ~26 GB more)
     docker rmi "${ours_tag}-bare" >/dev/null 2>&1 || true
 else
-    docker rmi "$ours_tag" "${ours_tag}-bare" >/dev/null 2>&1 || true
+    # every tag of our image (imagebuild also tags <target>-<commit>), then the build cache records
+    docker rmi -f "$(docker image inspect --format '{{.Id}}' "$ours_tag")" "${ours_tag}-bare" >/dev/null 2>&1 || true
     drop_own_cache
 fi
 plain_cold=null plain_cached=null plain_size=null plain_gz=null plain_layers="" plain_why=""
