@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import functools
 import hashlib
 import json
 import os
@@ -151,7 +152,8 @@ def _host_tools() -> list[str]:
     return sorted(p for p in paths if p and Path(p).exists())
 
 
-def _wheel_folders() -> list[str]:
+@functools.cache  # machine_env asks for every step: matrix.yaml is read once per rehearsal
+def _wheel_folders() -> tuple[str, ...]:
     """The folders a build reads wheels from, mounted into the runner at the same paths: $PIP_FIND_LINKS's and every
     `find_links` of matrix.yaml that exists here (local-cpu's torch wheelhouse). Without $PIP_FIND_LINKS (a stock
     Debian machine) the build reads the matrix's folder, so the runner must see it too (the stock-Debian rehearsal
@@ -171,7 +173,7 @@ def _wheel_folders() -> list[str]:
 
     walk(yaml.safe_load((REPO / "matrix.yaml").read_text()))
     folders = {Path(f.removeprefix("file://")) for f in found}
-    return sorted(str(f) for f in folders if f.is_absolute() and f.is_dir())
+    return tuple(sorted(str(f) for f in folders if f.is_absolute() and f.is_dir()))
 
 
 def _socket() -> str:
