@@ -159,7 +159,10 @@ def _refusal(report: dict[str, Any], v: Verification) -> str | None:
     return report_refusal(report, named) if isinstance(named, str) and named in ids else refusals[0]
 
 
-def _check_smoke(v: Verification, found: list[Statement]) -> None:
+def _check_smoke(v: Verification, found: list[Statement], accepted: frozenset[str] = frozenset()) -> None:
+    """A passing smoke attestation per claimed arch. An arch in `accepted` (the caller's --accept-unsmoked-arch:
+    no GPU of it was at hand) may lack one, said so in its finding, and only when some smoke of this very image
+    passed (a CPU run, or another arch's): acceptance never stands in for a failed or foreign report."""
     reports = []
     for stmt in found:  # each must be the contract's SmokeReport: a signed predicate of another shape fails
         try:
@@ -168,10 +171,14 @@ def _check_smoke(v: Verification, found: list[Statement]) -> None:
             v.add("smoke", False, f"a smoke attestation that is not a smoke report ({str(exc)[:200]})")
             return
         reports.append(stmt.predicate)
+    unsmoked = []
     for arch in v.arches:
         mine = [r for r in reports if attest.arch_base(str(r.get("arch") or kinds.CPU_ARCH)) == attest.arch_base(arch)]
         if not mine:
-            v.add(f"smoke {arch}", False, f"no smoke attestation for {arch}")
+            if attest.arch_base(arch) in accepted:
+                unsmoked.append(arch)
+            else:
+                v.add(f"smoke {arch}", False, f"no smoke attestation for {arch}")
             continue
         refusals = [_refusal(r, v) for r in mine]
         if None in refusals:
@@ -180,10 +187,25 @@ def _check_smoke(v: Verification, found: list[Statement]) -> None:
             v.add(f"smoke {arch}", True, f"passed ({passed} checks passed, device {report.device})")
         else:
             v.add(f"smoke {arch}", False, f"smoke report {refusals[0]}")
+    if unsmoked:
+        passing = [SmokeReport.from_dict(r) for r in reports if _refusal(r, v) is None]
+        devices = ", ".join(sorted({f"{r.arch or kinds.CPU_ARCH} ({r.device})" for r in passing}))
+        for arch in unsmoked:
+            detail = f"NOT smoked on {arch}: accepted by --accept-unsmoked-arch"
+            v.add(
+                f"smoke {arch}",
+                bool(passing),
+                f"{detail}; smoke passed on {devices}"
+                if passing
+                else f"{detail}, but no smoke of this image passed anywhere",
+            )
 
 
-def verify_image(text: str, verifier: Verifier, need_smoke: bool = True) -> Verification:
-    """Every finding about IMAGE_REF; registry or usage problems are ConfigError (exit 2)."""
+def verify_image(
+    text: str, verifier: Verifier, need_smoke: bool = True, accepted: frozenset[str] = frozenset()
+) -> Verification:
+    """Every finding about IMAGE_REF; registry or usage problems are ConfigError (exit 2). `accepted`: arches
+    whose missing smoke attestation the caller accepts (_check_smoke)."""
     repo, reference = parse_ref(text)
     v = Verification(ref=text)
     registry = Registry(repo)
@@ -199,7 +221,7 @@ def verify_image(text: str, verifier: Verifier, need_smoke: bool = True) -> Veri
             return v
         if children is not None:  # an OCI index: its own signature, then each platform's image in full
             _check_signature(v, f"{repo}@{v.digest}", verifier)
-            return _verify_children(v, repo, children, verifier, need_smoke)
+            return _verify_children(v, repo, children, verifier, need_smoke, accepted)
         v.image_id, config = registry.config(repo.repo, v.digest)
     except RegistryError as exc:
         raise ConfigError(f"cannot read {text}: {exc}") from None
@@ -211,17 +233,22 @@ def verify_image(text: str, verifier: Verifier, need_smoke: bool = True) -> Veri
     _check_sbom(v, _statements(v, ref, "sbom", attest.SBOM_TYPE, verifier))
     _check_provenance(v, _statements(v, ref, "provenance", attest.PROVENANCE_TYPE, verifier), labels)
     if need_smoke:
-        _check_smoke(v, _statements(v, ref, "smoke", attest.SMOKE_TYPE, verifier))
+        _check_smoke(v, _statements(v, ref, "smoke", attest.SMOKE_TYPE, verifier), accepted)
     return v
 
 
 def _verify_children(
-    v: Verification, repo: RepoRef, children: dict[str, str], verifier: Verifier, need_smoke: bool
+    v: Verification,
+    repo: RepoRef,
+    children: dict[str, str],
+    verifier: Verifier,
+    need_smoke: bool,
+    accepted: frozenset[str] = frozenset(),
 ) -> Verification:
     """Every child of an index verified as an image of its own; its findings named by platform."""
     v.add("index", bool(children), ", ".join(f"{p} {d[:19]}" for p, d in children.items()) or "no children")
     for platform, digest in children.items():
-        child = verify_image(f"{repo}@{digest}", verifier, need_smoke)
+        child = verify_image(f"{repo}@{digest}", verifier, need_smoke, accepted)
         v.children[platform] = child
         v.target = v.target or child.target
         v.arches = sorted({*v.arches, *child.arches})
