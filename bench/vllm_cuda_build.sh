@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Issue 31 item 6: the linux/amd64 leg of cuda13.0-torch2.14 built from the lock (base substituted by the local
-# Debian base) beside the plain Dockerfile a user would write for the same content (FROM the same base, a venv,
-# `pip install vllm==0.33.0`), by the same engine, each cold, then each cached; sizes unpacked and compressed and the
-# largest layers of both. Writes bench/results/vllm_cuda_build.json.
+# Issue 31 item 6: one leg (linux/amd64 or linux/arm64) of cuda13.0-torch2.14 built from the lock (base substituted
+# by the local Debian base of that platform) beside the plain Dockerfile a user would write for the same content
+# (FROM the same base, a venv, `pip install vllm==0.33.0`; on an amd64 host the arm64 one runs apt and pip under
+# emulation, as a user's would), by the same engine, each cold, then each cached; sizes unpacked (the sum of the
+# history's layers, as imagebuild's build report: the containerd store's `docker image inspect` size is the compressed
+# content) and compressed (`docker save | gzip -1`), and the largest layers of both. Writes
+# bench/results/vllm_cuda_build-<os>-<arch>.json.
 #
-#   bash bench/vllm_cuda_build.sh [--prune]
+#   bash bench/vllm_cuda_build.sh [--prune] [--platform linux/amd64|linux/arm64]
 #
 # --prune empties the engine's whole build cache (`docker builder prune -af`: BuildKit's cache mounts, pip's
 # download cache among them) before each cold build; without it the cold builds use --no-cache, which re-runs every
@@ -19,22 +22,35 @@
 # the plain one at about 15 GB. The two run one after the other: ours, its numbers, its image and its build-cache
 # records removed (by record id: nobody else's cache), then the plain one. Each starts only while the disk keeps
 # FLOOR_GB free after its peak; one that cannot is recorded as not built, with the free space it saw. KEEP_OURS=1 keeps
-# our image (and its build cache) for a smoke or coverage scan afterwards.
+# our image (not its build cache) for a smoke, staging or coverage scan afterwards.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-prune=0
-if [[ "${1:-}" == "--prune" ]]; then prune=1; elif [[ $# -gt 0 ]]; then echo "usage: $0 [--prune]" >&2; exit 2; fi
+prune=0 oci=linux/amd64
+usage() { echo "usage: $0 [--prune] [--platform linux/amd64|linux/arm64]" >&2; exit 2; }
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --prune) prune=1; shift ;;
+        --platform) [[ $# -ge 2 ]] || usage; oci="$2"; shift 2 ;;
+        *) usage ;;
+    esac
+done
 target=cuda13.0-torch2.14
-base=local/debian:bookworm
-substitute="debian:bookworm-slim=${base}"
-plain_tag=imagebuild-bench/plain-vllm:0.33.0
-ours_tag="imagebuild-bench:${target}"
-out="$root/bench/results/vllm_cuda_build.json"
+case "$oci" in  # the local base of each platform (scripts/setup.sh): arm64's is served by the loopback registry
+    linux/amd64) base=local/debian:bookworm ours_tag="imagebuild-bench:${target}" ;;
+    linux/arm64) base=127.0.0.1:5000/imagebuild-base/debian:bookworm-arm64 ours_tag="imagebuild-bench:${target}-linux-arm64" ;;
+    *) usage ;;
+esac
+# both platforms' substitutions: the Dockerfile names each platform's base (os-amd64, os-arm64), and a build of one
+# platform still resolves the other's FROM
+substitutes=(--base-substitute "debian:bookworm-slim=local/debian:bookworm,platform=linux/amd64"
+             --base-substitute "debian:bookworm-slim=127.0.0.1:5000/imagebuild-base/debian:bookworm-arm64,platform=linux/arm64")
+plain_tag="imagebuild-bench/plain-vllm:0.33.0-${oci//\//-}"
+out="$root/bench/results/vllm_cuda_build-${oci//\//-}.json"
 work="$(mktemp -d)"
 trap 'status=$?; if [[ $status == 0 ]]; then rm -rf "$work"; else echo "logs kept in $work" >&2; fi' EXIT
 export IMAGEBUILD_LOCAL_REPO=imagebuild-bench
-docker image inspect "$base" >/dev/null 2>&1 || { echo "error: $base is missing (bash scripts/setup.sh makes it)" >&2; exit 2; }
+docker image inspect local/debian:bookworm >/dev/null 2>&1 || { echo "error: local/debian:bookworm is missing (bash scripts/setup.sh makes it)" >&2; exit 2; }
 cert="${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}"
 FLOOR_GB="${FLOOR_GB:-8}"
 free_gb() { df -BG --output=avail / | tail -1 | tr -dc 0-9; }
@@ -55,14 +71,14 @@ for rec in sys.stdin.read().split("\n\n"):
 
 # The plain Dockerfile: what a user writes for the same content on the same base.
 mkdir -p "$work/plain"
-cat >"$work/plain/Dockerfile" <<'EOF'
+cat >"$work/plain/Dockerfile" <<EOF
 # syntax=docker/dockerfile:1
-FROM local/debian:bookworm
+FROM ${base}
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 RUN python3 -m venv /opt/venv
-ENV PATH=/opt/venv/bin:$PATH
+ENV PATH=/opt/venv/bin:\$PATH
 RUN --mount=type=secret,id=pipcert \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
     && pip install --no-cache-dir vllm==0.33.0
@@ -75,7 +91,8 @@ plain_build() {  # $1: extra flags (--no-cache or nothing); prints the seconds
     local started
     started="$(date +%s.%N)"
     # host networking, as imagebuild's own builds use (this machine's builds reach the network only that way)
-    docker buildx build --progress plain --network host --load --platform linux/amd64 $1 \
+    # PLAIN_TIMEOUT_S bounds it (the arm64 one runs apt and pip under emulation): one that runs out is recorded so
+    timeout "${PLAIN_TIMEOUT_S:-3000}" docker buildx build --progress plain --network host --load --platform "$oci" $1 \
         --secret "id=pipcert,src=$cert" -t "$plain_tag" "$work/plain" >"$work/plain-$2.log" 2>&1 \
         || { tail -20 "$work/plain-$2.log" >&2; return 1; }
     seconds "$started"
@@ -84,7 +101,7 @@ plain_build() {  # $1: extra flags (--no-cache or nothing); prints the seconds
 ours_build() {  # $1: extra flags; prints the seconds (the whole imagebuild process: plan, build, post-build hooks)
     local started
     started="$(date +%s.%N)"
-    imagebuild build "$target" --platform linux/amd64 --base-substitute "$substitute" $1 \
+    imagebuild build "$target" --platform "$oci" "${substitutes[@]}" $1 \
         --report "$work/ours-$2.json" >"$work/ours-$2.log" 2>&1
     seconds "$started"
 }
@@ -92,7 +109,7 @@ ours_build() {  # $1: extra flags; prints the seconds (the whole imagebuild proc
 bare_cached() {  # the same substituted Dockerfile through BuildKit alone, everything cached
     local started
     started="$(date +%s.%N)"
-    docker buildx build --progress plain --load --platform linux/amd64 --secret "id=pipcert,src=$cert" \
+    docker buildx build --progress plain --network host --load --platform "$oci" --secret "id=pipcert,src=$cert" \
         -f "build/render/base-substituted/${target}/Dockerfile" -t "${ours_tag}-bare" . >"$work/bare.log" 2>&1
     seconds "$started"
 }
@@ -106,22 +123,28 @@ bare="$(bare_cached)"
 layers() {  # the five largest layers: bytes and the step that made them
     docker history --no-trunc --format '{{.Size}}	{{.CreatedBy}}' --human=false "$1" | sort -t$'\t' -k1,1nr | head -5
 }
-size() { docker image inspect --format '{{.Size}}' "$1"; }
+size() {  # unpacked: the sum of the history's layer sizes (what building/sizes.py reports)
+    docker history --format '{{.Size}}' --human=false "$1" | python3 -c 'import sys; print(sum(int(x) for x in sys.stdin.read().split()))'
+}
 compressed() { docker save "$1" | gzip -1 | wc -c; }
 
 ours_size="$(size "$ours_tag")" ours_gz="$(compressed "$ours_tag")" ours_layers="$(layers "$ours_tag")"
-if [[ "${KEEP_OURS:-0}" == 1 ]]; then  # kept for a smoke or a coverage scan after the bench (needs ~26 GB more)
-    docker rmi "${ours_tag}-bare" >/dev/null 2>&1 || true
-else
-    # every tag of our image (imagebuild also tags <target>-<commit>), then the build cache records
-    docker rmi -f "$(docker image inspect --format '{{.Id}}' "$ours_tag")" "${ours_tag}-bare" >/dev/null 2>&1 || true
-    drop_own_cache
+docker rmi "${ours_tag}-bare" >/dev/null 2>&1 || true
+if [[ "${KEEP_OURS:-0}" != 1 ]]; then  # KEEP_OURS=1 keeps our image (~15 GB) for a smoke, staging or coverage scan
+    # every tag of our image (imagebuild also tags <target>-<commit>)
+    docker rmi -f "$(docker image inspect --format '{{.Id}}' "$ours_tag")" >/dev/null 2>&1 || true
 fi
+drop_own_cache  # the build cache records (~10 GB), in both cases
 plain_cold=null plain_cached=null plain_size=null plain_gz=null plain_layers="" plain_why=""
 if room_for 15; then
-    plain_cold="$(plain_build --no-cache cold)"
-    plain_cached="$(plain_build "" cached)"
-    plain_size="$(size "$plain_tag")" plain_gz="$(compressed "$plain_tag")" plain_layers="$(layers "$plain_tag")"
+    clear_cache
+    if plain_cold="$(plain_build --no-cache cold)"; then
+        plain_cached="$(plain_build "" cached)"
+        plain_size="$(size "$plain_tag")" plain_gz="$(compressed "$plain_tag")" plain_layers="$(layers "$plain_tag")"
+    else
+        plain_cold=null
+        plain_why="not built: the plain build failed or ran past PLAIN_TIMEOUT_S=${PLAIN_TIMEOUT_S:-3000} s: $(tail -3 "$work/plain-cold.log" | tr -d '"\\' | tr '\n' ' ' | cut -c1-400)"
+    fi
     docker rmi "$plain_tag" >/dev/null 2>&1 || true
     drop_own_cache
 else
@@ -131,12 +154,12 @@ fi
 python3 - "$out" "$prune" "$plain_cold" "$ours_cold" "$plain_cached" "$ours_cached" "$bare" \
     "$plain_size" "$ours_size" "$plain_gz" "$ours_gz" \
     "$plain_layers" "$ours_layers" "$(docker version --format '{{.Server.Version}}')" "$plain_why" \
-    "$(git rev-parse HEAD)" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
+    "$(git rev-parse HEAD)" "$(cut -d' ' -f1-3 /proc/loadavg)" "$oci" "$base" <<'PY'
 import json
 import sys
 
 (out, prune, plain_cold, ours_cold, plain_cached, ours_cached, bare, plain_size, ours_size, plain_gz, ours_gz,
- plain_layers, ours_layers, engine, plain_why, commit, load) = sys.argv[1:]
+ plain_layers, ours_layers, engine, plain_why, commit, load, oci, base) = sys.argv[1:]
 num = json.loads  # "null" when the plain image was not built
 
 
@@ -151,9 +174,10 @@ def rows(text):
 plain = {"cold": num(plain_cold), "cached": num(plain_cached), "size": num(plain_size), "gz": num(plain_gz)}
 built = plain_why == ""
 doc = {
-    "about": "bench/vllm_cuda_build.sh: cuda13.0-torch2.14 linux/amd64 from the lock (base substituted by "
-    "local/debian:bookworm), then a plain `pip install vllm==0.33.0` Dockerfile on the same base, same engine",
-    "command": "bash bench/vllm_cuda_build.sh" + (" --prune" if prune == "1" else ""),
+    "about": f"bench/vllm_cuda_build.sh: cuda13.0-torch2.14 {oci} from the lock (base substituted by "
+    f"{base}), then a plain `pip install vllm==0.33.0` Dockerfile on the same base, same engine",
+    "command": "bash bench/vllm_cuda_build.sh" + (" --prune" if prune == "1" else "") + f" --platform {oci}",
+    "platform": oci,
     "commit": commit,
     "load_average_at_end": load,
     "engine": engine,

@@ -57,6 +57,20 @@ class Node:
             )
         return found
 
+    def uncached_steps(self, ref: str) -> list[str]:
+        """The names of the steps of build record REF that BuildKit ran rather than took from a cache (its own
+        progress stream of the record, rawjson: each vertex's last state)."""
+        out = buildctl(self, "debug", "logs", "--progress", "rawjson", ref)
+        vertexes: dict[str, dict[str, Any]] = {}
+        for line in out.splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            for vertex in event.get("vertexes") or []:
+                vertexes.setdefault(vertex["digest"], {}).update({k: v for k, v in vertex.items() if v is not None})
+        return [str(v.get("name")) for v in vertexes.values() if not v.get("cached")]
+
 
 def start_node(name: str, tag: str) -> Node:
     root = Path(f"/var/tmp/h8-{tag}-{name}")

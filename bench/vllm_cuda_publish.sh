@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Issue 31 item 5: cuda13.0-torch2.14 published as one signed OCI index of linux/amd64 and linux/arm64 in the loopback
+# registry, the way CI does it (docs/ci.md): each leg smoked on this CPU and staged by digest, unsigned; then the two
+# staged digests promoted as one index, each child and the index signed and attested (SBOM, provenance with the base
+# substitution, the leg's smoke report), then `imagebuild verify` naming the GPU arches nobody here could smoke, and
+# the compatibility page's rows. One leg at a time, because one leg's image is ~15 GB on this disk:
+#
+#   KEEP_OURS=1 bash bench/vllm_cuda_build.sh --prune --platform linux/amd64   # builds and keeps our image
+#   bash bench/vllm_cuda_publish.sh stage linux/amd64    # smoke on the CPU, stage by digest, remove the local image
+#   KEEP_OURS=1 bash bench/vllm_cuda_build.sh --prune --platform linux/arm64
+#   bash bench/vllm_cuda_publish.sh stage linux/arm64    # the arm64 smoke runs under emulation
+#   bash bench/vllm_cuda_publish.sh promote              # one signed index, verify, the page
+#
+# Writes build/bench-cuda/ (reports) and bench/results/vllm-cuda-index.json (what each step did and took).
+# Signs with the quick start's throwaway key (build/keys/, scripts/quickstart.sh).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+target=cuda13.0-torch2.14
+registry=127.0.0.1:5000
+staging="$registry/ib-cuda-staging"
+public="$registry/ib-cuda"
+work="$root/build/bench-cuda"
+out="$root/bench/results/vllm-cuda-index.json"
+export IMAGEBUILD_LOCAL_REPO=imagebuild-bench   # bench/vllm_cuda_build.sh's tags, apart from the tests'
+mkdir -p "$work"
+seconds() { python3 -c 'import sys, time; print(round(time.time() - float(sys.argv[1]), 1))' "$1"; }
+record() {  # $1: step name, $2: seconds, $3: exit code, $4: a file whose tail says what happened
+    python3 - "$out" "$1" "$2" "$3" "$4" "$(git rev-parse HEAD)" <<'PY'
+import json, sys, pathlib, datetime
+out, step, secs, code, log, commit = sys.argv[1:]
+path = pathlib.Path(out)
+doc = json.loads(path.read_text()) if path.exists() else {
+    "about": "bench/vllm_cuda_publish.sh: cuda13.0-torch2.14 staged per platform, promoted as one signed index, "
+    "verified; each leg built by bench/vllm_cuda_build.sh (KEEP_OURS=1)", "steps": {}}
+tail = pathlib.Path(log).read_text(errors="replace").splitlines()[-12:] if pathlib.Path(log).exists() else []
+doc["steps"][step] = {"seconds": float(secs), "exit_code": int(code), "commit": commit,
+                      "at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "output_tail": tail}
+path.write_text(json.dumps(doc, indent=1) + "\n")
+PY
+}
+step() {  # $1: name; the rest: the command. Records it; a failure stops the script with its exit code.
+    local name="$1" started code=0
+    shift
+    started="$(date +%s.%N)"
+    "$@" >"$work/$name.log" 2>&1 || code=$?
+    record "$name" "$(seconds "$started")" "$code" "$work/$name.log"
+    if [[ $code != 0 ]]; then tail -20 "$work/$name.log" >&2; echo "error: $name exited $code" >&2; exit "$code"; fi
+}
+slug() { echo "${1//\//-}"; }
+
+case "${1:-}" in
+    stage)
+        oci="${2:?usage: $0 stage linux/amd64|linux/arm64}"
+        s="$(slug "$oci")"
+        step "smoke-$s" imagebuild smoke "$target" --platform "$oci" --gpu none --report "$work/smoke-$s.json"
+        step "stage-$s" imagebuild publish "$target" --platform "$oci" --registry "$staging" --allow-unlocked \
+            --report "$work/smoke-$s.json" --out "$work/staged-$s.json"
+        # the ~15 GB local image goes: the next leg's build needs the room (the registry keeps the ~4.7 GB staged)
+        docker rmi -f "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["image_id"])' "$work/staged-$s.json")" >/dev/null
+        ;;
+    promote)
+        refs=()
+        for s in linux-amd64 linux-arm64; do
+            refs+=(--index-of "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["digest_ref"])' "$work/staged-$s.json")")
+        done
+        step promote imagebuild publish - --promote "${refs[@]}" --registry "$public" --allow-unlocked \
+            --report "$work/smoke-linux-amd64.json" --report "$work/smoke-linux-arm64.json" \
+            --sign-key build/keys/cosign.key --key-password-file build/keys/password --out "$work/published.json"
+        accept=()
+        for a in sm_80 sm_90 sm_100 sm_120; do accept+=(--accept-unsmoked-arch "$a"); done
+        step verify-strict-refuses bash -c "! imagebuild verify '$public:$target' --key build/keys/cosign.pub"
+        step verify imagebuild verify "$public:$target" --key build/keys/cosign.pub "${accept[@]}"
+        step page imagebuild report --out "$work/site" --registry "$public" --key build/keys/cosign.pub
+        ;;
+    *) echo "usage: $0 stage linux/amd64|linux/arm64 | promote" >&2; exit 2 ;;
+esac
