@@ -41,10 +41,13 @@ case "$oci" in  # the local base of each platform (scripts/setup.sh): arm64's is
     linux/arm64) base=127.0.0.1:5000/imagebuild-base/debian:bookworm-arm64 ours_tag="imagebuild-bench:${target}-linux-arm64" ;;
     *) usage ;;
 esac
-# both platforms' substitutions: the Dockerfile names each platform's base (os-amd64, os-arm64), and a build of one
-# platform still resolves the other's FROM
-substitutes=(--base-substitute "debian:bookworm-slim=local/debian:bookworm,platform=linux/amd64"
-             --base-substitute "debian:bookworm-slim=127.0.0.1:5000/imagebuild-base/debian:bookworm-arm64,platform=linux/arm64")
+# the substitution each leg plans: amd64 builds FROM its own base only; arm64 also runs the build-platform stages
+# FROM the amd64 base (os-${BUILDARCH}), so it names both
+case "$oci" in
+    linux/amd64) substitutes=(--base-substitute "debian:bookworm-slim=local/debian:bookworm") ;;
+    *) substitutes=(--base-substitute "debian:bookworm-slim=local/debian:bookworm,platform=linux/amd64"
+                    --base-substitute "debian:bookworm-slim=${base},platform=${oci}") ;;
+esac
 plain_tag="imagebuild-bench/plain-vllm:0.33.0-${oci//\//-}"
 out="$root/bench/results/vllm_cuda_build-${oci//\//-}.json"
 work="$(mktemp -d)"
@@ -102,7 +105,7 @@ ours_build() {  # $1: extra flags; prints the seconds (the whole imagebuild proc
     local started
     started="$(date +%s.%N)"
     imagebuild build "$target" --platform "$oci" "${substitutes[@]}" $1 \
-        --report "$work/ours-$2.json" >"$work/ours-$2.log" 2>&1
+        --report "$work/ours-$2.json" >"$work/ours-$2.log" 2>&1 || { tail -20 "$work/ours-$2.log" >&2; return 1; }
     seconds "$started"
 }
 
@@ -110,15 +113,17 @@ bare_cached() {  # the same substituted Dockerfile through BuildKit alone, every
     local started
     started="$(date +%s.%N)"
     docker buildx build --progress plain --network host --load --platform "$oci" --secret "id=pipcert,src=$cert" \
-        -f "build/render/base-substituted/${target}/Dockerfile" -t "${ours_tag}-bare" . >"$work/bare.log" 2>&1
+        -f "build/render/base-substituted/${target}/Dockerfile" -t "${ours_tag}-bare" . >"$work/bare.log" 2>&1 \
+        || { tail -20 "$work/bare.log" >&2; return 1; }
     seconds "$started"
 }
 
 clear_cache
 if ! room_for 26; then echo "error: $(free_gb) GB free: our build needs about 26 GB and ${FLOOR_GB} GB must stay free" >&2; exit 3; fi
-ours_cold="$(ours_build --no-cache cold)"
-ours_cached="$(ours_build "" cached)"
-bare="$(bare_cached)"
+# a failed step stops the bench (command substitution does not inherit set -e)
+ours_cold="$(ours_build --no-cache cold)" || exit 1
+ours_cached="$(ours_build "" cached)" || exit 1
+bare="$(bare_cached)" || exit 1
 
 layers() {  # the five largest layers: bytes and the step that made them
     docker history --no-trunc --format '{{.Size}}	{{.CreatedBy}}' --human=false "$1" | sort -t$'\t' -k1,1nr | head -5
