@@ -74,8 +74,8 @@ for rec in sys.stdin.read().split("\n\n"):
 
 # The plain Dockerfile: what a user writes for the same content on the same base.
 mkdir -p "$work/plain"
+# (no `# syntax=` line: it makes BuildKit fetch the frontend from Docker Hub; the built-in one reads RUN --mount)
 cat >"$work/plain/Dockerfile" <<EOF
-# syntax=docker/dockerfile:1
 FROM ${base}
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \

@@ -192,13 +192,15 @@ def command(  # noqa: PLR0913
         built = {r.target: r.image_id for r in results}
         required = required_libraries(specs)  # the matrix's coverage_required per image: part of the cache key
         todo = post_cache.reuse(engine, results, report, required)
+        for result in (r for r in results if r not in todo):
+            click.echo(f"post-build work of {result.target} reused: BuildKit gave the image of last time", err=True)
         for line in add_coverage(engine, todo, matrix.path, report, required):  # arch-coverage.json; a gap: exit 3
             warn(line)  # an image without python3: not scanned, said here and in the report
         add_sboms(engine, todo, matrix.path, report)  # the SBOM layer: /opt/imagebuild/sbom.json (issue 16)
         # size and budget (matrix size_budgets): the largest layers with their steps; over budget: exit 3
         by_name = {spec.target: spec for spec in specs}
         add_sizes([by_name[r.target] for r in todo], todo, matrix.model.size_budgets, {t.name for t in matrix.targets})
-        post_cache.remember(built, todo, report, required)
+        post_cache.remember(built, todo, report, required, engine)
         results += reused  # legs not built (a staged image with a passing smoke for the same input key): no post steps
         write_report(report, engine, results, matrix.path.resolve().parent)
         click.echo(f"build report: {report}")

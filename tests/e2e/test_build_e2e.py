@@ -71,6 +71,28 @@ def test_cached_rebuild_reports_cached_steps_and_same_image(local_cpu: Any, tmp_
             docker("rmi", tag, check=False)
 
 
+def test_a_second_cached_build_reuses_the_post_build_work(local_cpu: Any, tmp_path: Path) -> None:
+    """Issue 31 item 6: the build after a cached one (same built image) does not scan coverage or write the SBOM
+    again. On the containerd store the last final image used to vanish when the next build took its tags (an
+    untagged image is deleted there), so every cached build redid the work; its hold tag keeps it."""
+    repo = f"imagebuild-e2e-post-{uuid.uuid4().hex[:8]}"
+    report = tmp_path / "report.json"
+    args = ("build", "local-cpu", "--platform", "linux/amd64", "--report", str(report))
+    runs = [imagebuild(*args, env={"IMAGEBUILD_LOCAL_REPO": repo}) for _ in "12"]
+    try:
+        assert all(r.returncode == 0 for r in runs), runs[-1].output[-3000:]
+        said = "post-build work of local-cpu reused"
+        assert said not in runs[0].stderr and said in runs[1].stderr, runs[1].stderr[-2000:]
+        held = docker("image", "inspect", "--format", "{{.Id}}", f"{repo}-post-cache:local-cpu").stdout.strip()
+        final = json.loads(report.read_text())["targets"][0]["image_id"]
+        assert held == final and docker("image", "inspect", f"{repo}:local-cpu").returncode == 0
+    finally:
+        for tag in (f"{repo}:local-cpu", f"{repo}-post-cache:local-cpu"):
+            docker("rmi", tag, check=False)
+        for tag in json.loads(report.read_text())["targets"][0]["tags"] if report.exists() else []:
+            docker("rmi", tag, check=False)
+
+
 def test_dry_run_prints_the_command_and_changes_nothing(engine: str, tmp_path: Path) -> None:
     tag = f"dry-run-{uuid.uuid4().hex[:8]}"
     log = REPO / "build/logs/local-cpu.log"
