@@ -35,6 +35,12 @@ def engine_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[l
             self.send_header("Content-Length", "0")
             self.end_headers()
 
+        def do_DELETE(self) -> None:  # noqa: N802
+            seen.append("DELETE " + self.path)
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
         def log_message(self, *args: object) -> None:
             return None
 
@@ -64,7 +70,9 @@ def test_same_built_id_restores_final_image_and_records(engine_socket: list[str]
     again = _result()
     assert post_cache.reuse(ENGINE, [again], report) == []
     assert (again.image_id, again.coverage, again.size) == ("sha256:final", str(coverage), {"unpacked_bytes": 7})
-    assert len(engine_socket) == 2 and all("repo=imagebuild" in p for p in engine_socket)
+    tags = [p for p in engine_socket if not p.startswith("DELETE")]
+    assert len(tags) == 2 and all("repo=imagebuild" in p for p in tags)
+    assert [p for p in engine_socket if p.startswith("DELETE")][0].endswith("/images/sha256:built")  # BuildKit's image
 
 
 def test_another_built_id_a_gone_image_or_a_missing_document_is_redone(
@@ -88,3 +96,14 @@ def test_another_built_id_a_gone_image_or_a_missing_document_is_redone(
 def test_api_is_not_used_for_an_engine_off_a_unix_socket(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:1")
     assert api.tag("sha256:x", "imagebuild:local-cpu") is None and api.image_id("imagebuild:local-cpu") is None
+
+
+def test_with_the_engine_the_final_image_is_held_and_the_built_one_removed(
+    engine_socket: list[str], tmp_path: Path
+) -> None:
+    done = _result()
+    done.image_id = "sha256:final"
+    post_cache.remember({"local-cpu": "sha256:built"}, [done], tmp_path / "r.json", engine=ENGINE)
+    assert any("/images/sha256:final/tag" in p and "repo=imagebuild-post-cache" in p for p in engine_socket)
+    deletes = [p for p in engine_socket if p.startswith("DELETE")]
+    assert len(deletes) == 1 and deletes[0].endswith("/images/sha256:built"), engine_socket

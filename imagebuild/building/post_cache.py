@@ -8,9 +8,10 @@ libraries, so another coverage rule judges again), the coverage path and size re
 A record whose final image is gone, or whose coverage document is missing, is not used.
 
 The final image is held by a tag of its own (`<local repo>-post-cache:<target>`, hold_tag): the next build loads its
-image under the target's tags, which leaves the last final image untagged, and the containerd image store deletes
-an untagged image, so without the hold every cached build there redid the work (8 s for the CUDA image: its
-coverage scan reads 100,487 files). One hold per target: the next final image takes it over.
+image under the target's tags, which leaves the last final image untagged, and on Docker 28.5's containerd store the
+tag API then no longer found it by ID, so every cached build redid the work (8 s for the CUDA image: its coverage
+scan reads 100,487 files). One hold per target: the next final image takes it over. The image BuildKit gave is
+removed once the final one replaced it (_drop).
 """
 
 from __future__ import annotations
@@ -117,6 +118,8 @@ def reuse(
             and (not record.get("coverage_file") or Path(str(record["coverage_file"])).is_file())
         )
         if ok and record is not None and _retag(engine, str(record["final"]), result.tags):
+            if result.image_id != record["final"]:
+                _drop(engine, result.image_id)
             result.image_id = str(record["final"])
             result.coverage = record.get("coverage")
             result.size = record.get("size")
@@ -153,3 +156,18 @@ def remember(
         write_atomic(path, json.dumps(record, indent=1) + "\n")
         if engine is not None:
             _retag(engine, result.image_id, [hold_tag(result.target)])
+            if before != result.image_id:
+                _drop(engine, before)
+
+
+def _drop(engine: Engine, built: str) -> None:
+    """The image BuildKit gave, now that the final image (with the post-build layers) replaced it under every tag:
+    the containerd store keeps it untagged with its own unpacked snapshots (15 GB for the CUDA image, found when the
+    disk filled during issue 31's bench); an engine that refuses (a child image uses it) keeps it."""
+    from imagebuild.engine import api, cli
+
+    if api.remove_image(built) is None:
+        try:
+            cli.docker(engine, "rmi", built)
+        except cli.CliError:
+            return

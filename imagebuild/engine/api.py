@@ -75,6 +75,13 @@ def tag(image: str, reference: str) -> bool | None:
     return None if answer is None else answer[0] == 201
 
 
+def remove_image(image: str) -> bool | None:
+    """Remove image (not forced: one a container or a child image still uses stays); True when removed, None when
+    this engine is not reached over a unix socket."""
+    answer = _call("DELETE", f"/images/{urllib.parse.quote(image, safe=':')}")
+    return None if answer is None else answer[0] == 200
+
+
 def image_id(reference: str) -> str | None:
     """The ID of the local image reference names; None when there is none (or the engine is not on a socket)."""
     answer = _call("GET", f"/images/{urllib.parse.quote(reference, safe=':@')}/json")

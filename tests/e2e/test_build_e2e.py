@@ -86,6 +86,9 @@ def test_a_second_cached_build_reuses_the_post_build_work(local_cpu: Any, tmp_pa
         held = docker("image", "inspect", "--format", "{{.Id}}", f"{repo}-post-cache:local-cpu").stdout.strip()
         final = json.loads(report.read_text())["targets"][0]["image_id"]
         assert held == final and docker("image", "inspect", f"{repo}:local-cpu").returncode == 0
+        # the image BuildKit gave is not left behind once the final one replaced it (15 GB for the CUDA image)
+        built = json.loads((tmp_path / "post" / "local-cpu.json").read_text())["built"]
+        assert built != final and docker("image", "inspect", built, check=False).returncode != 0
     finally:
         for tag in (f"{repo}:local-cpu", f"{repo}-post-cache:local-cpu"):
             docker("rmi", tag, check=False)
