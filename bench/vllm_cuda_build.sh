@@ -37,10 +37,11 @@ while [[ $# -gt 0 ]]; do
 done
 target=cuda13.0-torch2.14
 case "$oci" in  # the local base of each platform (scripts/setup.sh): arm64's is served by the loopback registry
-    linux/amd64) base=local/debian:bookworm ours_tag="imagebuild-bench:${target}" ;;
-    linux/arm64) base=127.0.0.1:5000/imagebuild-base/debian:bookworm-arm64 ours_tag="imagebuild-bench:${target}-linux-arm64" ;;
+    linux/amd64) base=local/debian:bookworm image="${target}" ;;
+    linux/arm64) base=127.0.0.1:5000/imagebuild-base/debian:bookworm-arm64 image="${target}-linux-arm64" ;;
     *) usage ;;
 esac
+ours_tag="imagebuild-bench:${image}"   # the matrix's image name of the leg: its tag, its render folder
 # the substitution each leg plans: amd64 builds FROM its own base only; arm64 also runs the build-platform stages
 # FROM the amd64 base (os-${BUILDARCH}), so it names both
 case "$oci" in
@@ -113,7 +114,7 @@ bare_cached() {  # the same substituted Dockerfile through BuildKit alone, every
     local started
     started="$(date +%s.%N)"
     docker buildx build --progress plain --network host --load --platform "$oci" --secret "id=pipcert,src=$cert" \
-        -f "build/render/base-substituted/${target}/Dockerfile" -t "${ours_tag}-bare" . >"$work/bare.log" 2>&1 \
+        -f "build/render/base-substituted/${image}/Dockerfile" -t "${ours_tag}-bare" . >"$work/bare.log" 2>&1 \
         || { tail -20 "$work/bare.log" >&2; return 1; }
     seconds "$started"
 }
