@@ -161,3 +161,16 @@ def test_ci_path_staged_platform_digests_promoted_as_one_index(
     children = read_index(Registry(public), public.repo, "local-cpu")  # the tag from the children's target label
     assert sorted(children) == ["linux/amd64", "linux/arm64"] and published["platforms"] == children
     assert [r.split("@")[1] for r in refs[1::2]] == [children["linux/amd64"], children["linux/arm64"]]
+    # one leg without its report: refused, then promoted with --allow-unsmoked, and the publish report says which
+    # leg went unsmoked (it used to record nothing: bench/vllm_cuda_publish.sh's arm64 leg, issue 31)
+    again = RepoRef.parse(f"{registry}/{unique('e2e-index-ci-unsmoked')}")
+    half = ("--report", str(smoked_local_cpu[1]))
+    refused = imagebuild("publish", "--promote", "-", *refs, "--registry", str(again), *half)
+    assert refused.returncode != 0 and "linux/arm64" in refused.stderr, refused.output[-2000:]
+    out = tmp_path / "unsmoked.json"
+    run = imagebuild(
+        "publish", "--promote", "-", *refs, "--registry", str(again), *half, "--allow-unsmoked", "--out", str(out)
+    )
+    assert run.returncode == 0, run.output[-3000:]
+    record = json.loads(out.read_text())
+    assert record["allow_unsmoked"] is True and record["warning"].startswith("linux/arm64 "), record
