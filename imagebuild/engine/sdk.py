@@ -106,6 +106,8 @@ class DockerEngine:
             raise _error(exc) from exc
 
     def run(self, spec: RunSpec) -> RunResult:
+        from docker.types import Ulimit
+
         create: dict[str, Any] = {
             "command": list(spec.command),
             **({"entrypoint": list(spec.entrypoint)} if spec.entrypoint is not None else {}),
@@ -119,6 +121,9 @@ class DockerEngine:
                 else {}
             ),
             **device_options(spec.gpu),
+            # no core files: a crash of a 10 GB process under emulation wrote one into the container's layer and
+            # filled the host's disk (issue 31, torch's aarch64 build under qemu-user)
+            "ulimits": [Ulimit(name="core", soft=0, hard=0)],
         }
         from docker.errors import APIError
         from requests import RequestException

@@ -211,7 +211,7 @@ def scan_image(engine: Engine, image: str, arch: str | None = None) -> dict[str,
             Path(tmp) / "imagecontract",
             ignore=shutil.ignore_patterns("__pycache__"),
         )
-        argv = ["run", "--rm", "--network", "none", "--user", "0", "--entrypoint", "python3"]
+        argv = ["run", "--rm", "--network", "none", "--ulimit", "core=0", "--user", "0", "--entrypoint", "python3"]
         argv += ["--mount", f"type=bind,src={tmp},dst={MOUNT},readonly", image]
         argv += ["-I", f"{MOUNT}/imagecontract/coverage.py", "--skip", MOUNT]
         out = _docker(engine, *argv, *(["--arch", arch] if arch else []), timeout=SCAN_TIMEOUT)
