@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from imagecontract.atomic import write_atomic
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from imagebuild.building.buildkit import TargetResult
     from imagebuild.engine.docker import Engine
@@ -100,9 +100,10 @@ def reuse(
     results: list[TargetResult],
     report: Path,
     required: Mapping[str, Sequence[object]] | None = None,
+    say: Callable[[str], object] | None = None,
 ) -> list[TargetResult]:
     """Restore every successful result whose post-build work is recorded for its image ID (and its required
-    libraries: `required` per target, as add_coverage takes them); the others, to do."""
+    libraries: `required` per target, as add_coverage takes them); the others, to do. `say` hears each reuse."""
     hooks = hooks_key()
     todo = []
     for result in results:
@@ -121,6 +122,8 @@ def reuse(
             if result.image_id != record["final"]:
                 _drop(engine, result.image_id)
             result.image_id = str(record["final"])
+            if say is not None:
+                say(f"post-build work of {result.target} reused: BuildKit gave the image of last time")
             result.coverage = record.get("coverage")
             result.size = record.get("size")
             continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import sys
@@ -191,9 +192,7 @@ def command(  # noqa: PLR0913
         # What depends only on the built image ID is not redone for the same ID (build/post_cache.py, issue 22).
         built = {r.target: r.image_id for r in results}
         required = required_libraries(specs)  # the matrix's coverage_required per image: part of the cache key
-        todo = post_cache.reuse(engine, results, report, required)
-        for result in (r for r in results if r not in todo):
-            click.echo(f"post-build work of {result.target} reused: BuildKit gave the image of last time", err=True)
+        todo = post_cache.reuse(engine, results, report, required, say=functools.partial(click.echo, err=True))
         for line in add_coverage(engine, todo, matrix.path, report, required):  # arch-coverage.json; a gap: exit 3
             warn(line)  # an image without python3: not scanned, said here and in the report
         add_sboms(engine, todo, matrix.path, report)  # the SBOM layer: /opt/imagebuild/sbom.json (issue 16)
