@@ -119,8 +119,7 @@ def reuse(
             and (not record.get("coverage_file") or Path(str(record["coverage_file"])).is_file())
         )
         if ok and record is not None and _retag(engine, str(record["final"]), result.tags):
-            if result.image_id != record["final"]:
-                _drop(engine, result.image_id)
+            _drop(engine, result.image_id, str(record["final"]))
             result.image_id = str(record["final"])
             if say is not None:
                 say(f"post-build work of {result.target} reused: BuildKit gave the image of last time")
@@ -159,17 +158,16 @@ def remember(
         write_atomic(path, json.dumps(record, indent=1) + "\n")
         if engine is not None:
             _retag(engine, result.image_id, [hold_tag(result.target)])
-            if before != result.image_id:
-                _drop(engine, before)
+            _drop(engine, before, result.image_id)
 
 
-def _drop(engine: Engine, built: str) -> None:
+def _drop(engine: Engine, built: str, final: str) -> None:
     """The image BuildKit gave, now that the final image (with the post-build layers) replaced it under every tag:
     the containerd store keeps it untagged with its own unpacked snapshots (15 GB for the CUDA image, found when the
     disk filled during issue 31's bench); an engine that refuses (a child image uses it) keeps it."""
     from imagebuild.engine import api, cli
 
-    if api.remove_image(built) is None:
+    if built != final and api.remove_image(built) is None:
         try:
             cli.docker(engine, "rmi", built)
         except cli.CliError:
