@@ -10,7 +10,8 @@ REGISTRY_ADDR="${IMAGEBUILD_REGISTRY_ADDR:-127.0.0.1:5000}"
 BASE_IMAGE="${IMAGEBUILD_BASE_IMAGE:-local/debian:bookworm}"
 DOCKER=/usr/bin/docker   # the Debian client: runs BuildKit natively with DOCKER_BUILDKIT=1
 APT_PACKAGES=(docker.io docker-registry debootstrap qemu-user-static binfmt-support hipcc libamdhip64-dev rocm-device-libs clang-19 clang-tools-19 lld-19 llvm-19 binutils zstd)
-# qemu-user-static + binfmt-support: linux/arm64 images build, smoke and debootstrap under emulation (issue 15)
+# qemu-user-static + binfmt-support: linux/arm64 images build, smoke and debootstrap under emulation (issue 15); the
+# binfmt entry itself is replaced by QEMU 10 from trixie (enable_emulation: 7.2 crashes torch 2.14's aarch64 import)
 # clang-tools-19: clang-offload-bundler, which clang-19 runs to bundle HIP device code (tests/test_kernels_toolchain.py)
 # The compatibility page's browser tests (imagebuild report, issue 25): Debian's chromium and its WebDriver, driven
 # by selenium (pyproject's test extra, checked by install_venv); fonts-dejavu-core: the page's font, so the screenshot
@@ -470,14 +471,47 @@ make_base_image() {
 }
 
 # linux/arm64 under emulation: binfmt_misc mounted, qemu-aarch64 registered (flag F: the interpreter is opened
-# now, so it works inside containers too).
-enable_emulation() {
-    mountpoint -q /proc/sys/fs/binfmt_misc || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
-    if ! grep -qs '^enabled' /proc/sys/fs/binfmt_misc/qemu-aarch64; then
-        log "enable qemu-aarch64 (binfmt)"
-        update-binfmts --enable qemu-aarch64
+# now, so it works inside containers too). The emulator is QEMU 10.0 from Debian trixie, not Debian 12's 7.2 (issue
+# 31): QEMU before 8.2 passes the host's x86 /proc/cpuinfo through, and torch 2.14's aarch64 build (pytorch/cpuinfo, in
+# libtorch's static initialisers) then reads no ARM core and dies of SIGSEGV at `import torch`; 10.0 emulates the
+# file and the same import takes 16 s. The binary is static (static-pie), so it runs on any x86_64 Linux. The entry
+# keeps the name qemu-user-static gives it (imagebuild/matrix/oci_platform.py OCIPlatform.qemu): whatever was
+# registered under that name (Debian 12's 7.2, re-registered by binfmt-support at boot) is replaced.
+QEMU_DEB_VERSION="1:10.0.13+ds-0+deb13u1"
+QEMU_DIR="${IMAGEBUILD_QEMU_DIR:-/usr/local/libexec/imagebuild}"
+QEMU_AARCH64="$QEMU_DIR/qemu-binfmt/aarch64-binfmt-P"  # the -binfmt-P name: argv[0] preserved (flag P), as Debian's
+
+install_qemu() {
+    local stamp="$TRIXIE_DIR/qemu.installed"
+    if [[ -x "$QEMU_AARCH64" && -f "$stamp" ]] \
+        && [[ "$(cat "$stamp")" == "${QEMU_DEB_VERSION} $(sha256sum "$QEMU_AARCH64" | cut -d' ' -f1)" ]]; then
+        return
     fi
-    grep -qs '^flags: .*F' /proc/sys/fs/binfmt_misc/qemu-aarch64 || {
+    trixie_fetch qemu-user "$QEMU_DEB_VERSION"
+    install -D -m 0755 "$TRIXIE_DIR/x/usr/bin/qemu-aarch64" "$QEMU_AARCH64.new"
+    mv "$QEMU_AARCH64.new" "$QEMU_AARCH64"
+    # the package's own registration line (magic and mask of an aarch64 ELF), the interpreter put in later
+    install -m 0644 "$TRIXIE_DIR/x/usr/share/qemu/binfmt.d/qemu-aarch64.conf" "$QEMU_DIR/qemu-aarch64.conf"
+    echo "${QEMU_DEB_VERSION} $(sha256sum "$QEMU_AARCH64" | cut -d' ' -f1)" >"$stamp"
+}
+
+enable_emulation() {
+    install_qemu
+    local entry=/proc/sys/fs/binfmt_misc/qemu-aarch64 conf
+    mountpoint -q /proc/sys/fs/binfmt_misc || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+    if grep -qs '^enabled' "$entry" && grep -qsx "interpreter $QEMU_AARCH64" "$entry" \
+        && grep -qs '^flags: .*F' "$entry" && [[ "$QEMU_AARCH64" -ot "$entry" ]]; then
+        return  # ours, registered after the binary was last replaced (flag F holds the file opened at registration)
+    fi
+    log "register qemu-aarch64 (binfmt): QEMU ${QEMU_DEB_VERSION} at ${QEMU_AARCH64}"
+    [[ -e "$entry" ]] && echo -1 >"$entry"
+    # :name:type:offset:magic:mask:interpreter:flags from the package's file, our interpreter, flags with F
+    conf="$(grep -v '^#' "$QEMU_DIR/qemu-aarch64.conf" | head -n1)"
+    IFS=: read -r _ name type offset magic mask _ flags <<<"$conf"
+    [[ "$flags" == *F* ]] || flags="${flags}F"
+    printf ':%s:%s:%s:%s:%s:%s:%s' "$name" "$type" "$offset" "$magic" "$mask" "$QEMU_AARCH64" "$flags" \
+        >/proc/sys/fs/binfmt_misc/register
+    grep -qs '^flags: .*F' "$entry" || {
         log "qemu-aarch64 is not registered with flag F: arm64 containers cannot run"
         exit 1
     }
