@@ -51,7 +51,9 @@ def _ext_modules(mode: str) -> list:
             "imagebuild_kernels._C",
             ["csrc/ops.cu", "csrc/skinny_launch_f16.cu", "csrc/skinny_launch_bf16.cu"],
             include_dirs=[str(HERE / "csrc")],
-            extra_compile_args={"cxx": ["-O3", "-std=c++17"], "nvcc": ["-O3", "-std=c++17"]},
+            # no -std: torch.utils.cpp_extension adds the standard its headers need when none is given (C++17 for
+            # torch 2.3, C++20 for 2.14, whose ATen.h stops a C++17 build with "#error C++20 or later")
+            extra_compile_args={"cxx": ["-O3"], "nvcc": ["-O3"]},
         )
     ]
 

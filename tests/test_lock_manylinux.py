@@ -84,7 +84,8 @@ def test_vllm_stack_locks_wheels_only(oci: str) -> None:
     """The image installs every cuda13.0 set with --only-binary=:all:: an sdist in the lock can never install (the
     hash of whatever wheel pip picks instead cannot match)."""
     sets = {k: v for k, v in _lock()["inputs"].items() if k.startswith(f"pip:cuda13.0-torch2.14@{oci}:")}
-    assert {k.rsplit(":", 1)[1] for k in sets} == {"base", "torch", "runtime"}
+    # cuda-compiler: nvcc of torch's CUDA release, for our kernels' compile stage (issue 31 item 2)
+    assert {k.rsplit(":", 1)[1] for k in sets} == {"base", "torch", "runtime", "cuda-compiler"}
     sdists = [
         f["file"] for v in sets.values() for p in v["packages"] for f in p["files"] if not f["file"].endswith(".whl")
     ]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from imagebuild.engine.registry import RegistryError
+from imagebuild.errors import ConfigError
 from imagebuild.lock import debian, gitsrc, images, model, pipsets
 from imagebuild.lock.http import FetchError
 from imagebuild.lock.inputs import Input
@@ -36,7 +37,12 @@ def lock(
     options: Options,
     say: Callable[[str], None] = lambda line: None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """(entries by key, resolver facts) for every input."""
+    """(entries by key, resolver facts) for every input; a ConfigError before anything is resolved when uv is
+    missing (it was a traceback after the whole run)."""
+    try:
+        resolver = {"pip": f"{pipsets.uv_version()} (uv pip compile, PEP 751 pylock.toml: exact files and sha256)"}
+    except pipsets.ResolveError as exc:
+        raise ConfigError(str(exc)) from None
     old = (previous or {}).get("inputs", {})
     entries: dict[str, dict[str, Any]] = {}
     git_dirs: dict[str, Path] = {}
@@ -65,7 +71,6 @@ def lock(
             took = time.monotonic() - started
             why = f": {entry['why']}" if entry["status"] == "unresolved" else ""
             say(f"{entry['status']:<9} {key} ({took:.1f} s){why}")
-    resolver = {"pip": f"{pipsets.uv_version()} (uv pip compile, PEP 751 pylock.toml: exact files and sha256)"}
     return entries, resolver
 
 

@@ -101,6 +101,12 @@ class Platform(Strict):
     apt_packages: list[AptPackage] = Field(default=[], description="Debian packages the base stage installs.")
     pip_packages: list[PipRequirement] = Field(default=[], description="Python packages the base stage installs.")
     env: dict[EnvName, Text] = Field(default={}, description="Environment variables set in the base and final stages.")
+    cuda_compiler: list[PinnedRequirement] = Field(
+        default=[],
+        description="A CUDA platform of wheels: the CUDA compiler of torch's CUDA release as pinned wheels (nvcc, "
+        "its crt headers, NVVM, CCCL). A component compiles with them in a CUDA home assembled from them and the "
+        "venv's CUDA library wheels (image/cross/cuda_home.py); none of them ships.",
+    )
 
 
 class Companion(Strict):

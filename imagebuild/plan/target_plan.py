@@ -203,6 +203,17 @@ def image_ref(image: str, digest: str | None) -> str:
     return f"{image}@{digest}" if digest else image
 
 
+def _cross_arch_env(stage: str, target: Target, resolution: Resolution) -> dict[str, str]:
+    """A cross Dockerfile's arch variables: the final stage ships them; a component compiled there (a CUDA platform of
+    wheels, plan/cross.py compiles_with_wheels) reads its own."""
+    if stage == "final":
+        return dict(resolution.env)
+    name = stage.removeprefix("component-")
+    if stage != name and cross.compiles_with_wheels(target) and (plan := resolution.components.get(name)) is not None:
+        return dict(plan.env)
+    return {}
+
+
 def _stages(target: Target, resolution: Resolution) -> tuple[Stage, ...]:
     """The stages the Dockerfile has, in order, each with the arch variables it sets (and only those)."""
     platform, runtime = target.platform, target.runtime
@@ -213,7 +224,7 @@ def _stages(target: Target, resolution: Resolution) -> tuple[Stage, ...]:
             Stage(
                 name,
                 own if parent == f"@{target.oci_platform}" else parent.replace("@", "base image of "),
-                dict(resolution.env) if name == "final" else {},  # the arch variables ship in the final stage
+                _cross_arch_env(name, target, resolution),
             )
             for name, parent in cross.stage_names(target, included)
         )
