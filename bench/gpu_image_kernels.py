@@ -54,7 +54,7 @@ def _launch_silu(cubin: bytes, out: dict) -> None:
         name = ctypes.c_char_p()
         _check(cuda.cuFuncGetName(ctypes.byref(name), ctypes.c_void_p(f)), "cuFuncGetName")
         names.append((name.value.decode(), f))
-    out["functions_in_sm_90_cubin"] = len(names)
+    out.setdefault("functions_per_sm_90_cubin", []).append(len(names))
     # silu_and_mul_flat_kernel<float, VEC, UNROLL>(float* out, const float* x, uint32_t nv, uint32_t total)
     flat = [(n, f) for n, f in names if re.search(r"silu_and_mul_flat_kernelIfLi(\d+)ELi(\d+)E", n)]
     if not flat:
@@ -98,11 +98,15 @@ def main(lib: Path, kernels_json: Path, out_path: Path) -> int:
         subprocess.run(["cuobjdump", "-xelf", "all", str(lib.resolve())], cwd=tmp, check=True, capture_output=True)
         cubins = sorted(Path(tmp).glob("*sm_90.cubin"))
         out["sm_90_cubins"] = [c.name for c in cubins]
-        if cubins:
+        errors = []
+        for cubin in cubins:  # one per compiled file: the SiLU kernels are in ops.cu's
             try:
-                _launch_silu(cubins[0].read_bytes(), out)
+                _launch_silu(cubin.read_bytes(), out)
+                out["launched"]["cubin"] = cubin.name
+                break
             except Exception as exc:  # recorded, not hidden: the result file says what failed
-                out["launch_error"] = f"{type(exc).__name__}: {exc}"
+                errors.append(f"{cubin.name}: {type(exc).__name__}: {exc}")
+        out["launch_errors"] = errors
     out_path.write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
     ok = out.get("launched", {}).get("allclose_rtol_1e-5_atol_1e-6", False)
