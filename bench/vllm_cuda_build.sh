@@ -22,7 +22,8 @@
 # the plain one at about 15 GB. The two run one after the other: ours, its numbers, its image and its build-cache
 # records removed (by record id: nobody else's cache), then the plain one. Each starts only while the disk keeps
 # FLOOR_GB free after its peak; one that cannot is recorded as not built, with the free space it saw. KEEP_OURS=1 keeps
-# our image (not its build cache) for a smoke, staging or coverage scan afterwards.
+# our image (not its build cache) for a smoke, staging or coverage scan afterwards. PLAIN=0 (with PLAIN_WHY) builds
+# our side only and records the plain side as not run, with that reason.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -142,7 +143,9 @@ if [[ "${KEEP_OURS:-0}" != 1 ]]; then  # KEEP_OURS=1 keeps our image (~15 GB) fo
 fi
 drop_own_cache  # the build cache records (~10 GB), in both cases
 plain_cold=null plain_cached=null plain_size=null plain_gz=null plain_layers="" plain_why=""
-if room_for 15; then
+if [[ "${PLAIN:-1}" == 0 ]]; then  # PLAIN=0: our side only (the arm64 plain build runs pip under emulation)
+    plain_why="not run: PLAIN=0 (${PLAIN_WHY:-no reason given})"
+elif room_for 15; then
     clear_cache
     if plain_cold="$(plain_build --no-cache cold)"; then
         plain_cached="$(plain_build "" cached)"

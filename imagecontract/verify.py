@@ -15,7 +15,7 @@ if not __package__:  # run as a file: the folder holding imagecontract/ goes on 
     sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from imagecontract.atomic import check_output, write_atomic
@@ -125,6 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("file")
     parser.add_argument("--arch", required=True, help="requested arches, e.g. 'gfx90a;gfx942' or '8.0;9.0+PTX'")
     parser.add_argument("--json-out", help="write the kernels.json document here")
+    parser.add_argument(
+        "--installed-as",
+        metavar="PATH",
+        help="the library's path in the final image, recorded in kernels.json when FILE is a staged copy",
+    )
     args = parser.parse_args(argv)
     if args.json_out:  # a device, FIFO or folder there is refused before the library is read
         try:
@@ -135,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         requested = parse_arch_list(args.arch)
         listing = list_code_objects(args.file)
+        if args.installed_as:
+            listing = replace(listing, library=args.installed_as)
     except VerifyError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

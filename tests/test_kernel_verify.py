@@ -218,6 +218,18 @@ def test_standalone_match_writes_contract_json(hip_lib: Path, tmp_path: Path) ->
     assert [p.name for p in out.parent.iterdir()] == ["kernels.json"]  # no temp file left
 
 
+def test_a_staged_copy_is_recorded_under_its_installed_path(cuda_lib: Path, tmp_path: Path) -> None:
+    """The cross Dockerfile verifies the library where it staged it (/out/opt/venv/...); kernels.json names the path
+    the final image has (it named /out/... in the first cuda13.0-torch2.14 build, issue 31)."""
+    out = tmp_path / "kernels.json"
+    installed = "/opt/venv/lib/python3.11/site-packages/imagebuild_kernels/_C.so"
+    done = run_script(str(cuda_lib), "--arch", "8.0;9.0+PTX", "--installed-as", installed, "--json-out", str(out),
+                      cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text())["library"] == installed
+    assert done.stdout.splitlines()[0] == f"{installed}:"
+
+
 def test_standalone_mismatch_exits_1_and_writes_nothing(cuda_lib: Path, tmp_path: Path) -> None:
     out = tmp_path / "kernels.json"
     done = run_script(str(cuda_lib), "--arch", "9.0", "--json-out", str(out), cwd=tmp_path)
