@@ -154,6 +154,21 @@ def test_a_broken_lock_file_is_one_error_line(tmp_path: Path, cli) -> None:
     assert result.exit_code == 2 and "error: " in result.stderr and result.exception is None
 
 
+def test_lock_without_uv_is_one_line_before_anything_is_resolved(tmp_path: Path, cli, monkeypatch) -> None:
+    """It was a traceback after every input had been resolved (issue 31, a shell without the venv on PATH)."""
+    root = _copy_repo(tmp_path)
+    before = (root / lockfile.LOCK_NAME).read_bytes()
+    (tmp_path / "no-uv").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "no-uv"))
+    result = cli("--matrix", str(root / "matrix.yaml"), "lock", "local-cpu")
+    assert result.exit_code == 2 and result.exception is None
+    assert result.stderr.strip().splitlines() == [
+        "error: uv is not installed (scripts/setup.sh installs it: pip install uv)"
+    ]
+    assert result.stdout == ""  # nothing resolved first
+    assert (root / lockfile.LOCK_NAME).read_bytes() == before
+
+
 def test_gen_server_requirements_are_read_from_the_makefile_recipe() -> None:
     makefile = (
         "x:\n\techo\ngen-server:\n\t# c\n\tpip install a==1 'b>=2' --no-cache-dir\n\tmkdir x\n\ny:\n\tpip install z\n"
