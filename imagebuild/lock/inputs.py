@@ -16,7 +16,6 @@ from imagebuild.errors import ConfigError
 from imagebuild.matrix import Matrix, PipRuntime, Source, Target, TgiRuntime
 from imagebuild.matrix.oci import BASELINE, for_oci
 from imagebuild.matrix.oci_platform import platform
-from imagebuild.plan.cross import compiles_with_wheels
 
 # Wheels for glibc >= 2.28: every base here (Ubuntu 22.04: 2.35, Debian bookworm: 2.36) runs them.
 MANYLINUX = "manylinux_2_28"
@@ -126,7 +125,7 @@ def _inputs_of(matrix: Matrix, target: Target) -> list[Input]:
             items.append(
                 _pip(key, reqs, platform.python_version, uv_platform(oci, platform.glibc), where, after=[base_key])
             )
-    if compiles_with_wheels(target):  # resolved on its own: the runtime's nvcc need not be torch's CUDA release
+    if target.compiles_with_wheels:  # resolved on its own: the runtime's nvcc need not be torch's CUDA release
         where = f"{prefix} stage cuda-compiler: platforms.{target.platform_name}.cuda_compiler"
         key = f"pip:{prefix}:cuda-compiler"
         reqs = list(platform.cuda_compiler)

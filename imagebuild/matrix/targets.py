@@ -42,6 +42,13 @@ class Target:
     placed: bool = False  # True once for_oci made it the target of one OCI platform (the matrix's are not yet)
     coverage_required: tuple[str, ...] = ()  # libraries that must run on every requested arch (prove/coverage.py)
 
+    @property
+    def compiles_with_wheels(self) -> bool:
+        """Whether its kernels compile in its one cross Dockerfile: a GPU platform of wheels that names its CUDA
+        compiler wheels (platforms.<p>.cuda_compiler), compiled on the target platform against the venv's torch
+        (issue 31; plan/cross.py places the stages, lock/inputs.py locks the compiler set)."""
+        return bool(self.platform.cuda_compiler) and any(c.kind == "kernels" for _, c in self.components)
+
     def arch_supports(self) -> list[arches.ArchSupport]:
         """The torch build and every component, as the arch resolver sees them."""
         vendor = arches.PLATFORM_VENDOR[self.platform.kind]

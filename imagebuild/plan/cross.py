@@ -31,7 +31,7 @@ def cross_reason(target: Target) -> str | None:
     from imagebuild.matrix import PipRuntime
 
     kind = target.platform.kind
-    if kinds.platform(kind).VENDOR is not None and target.components and not compiles_with_wheels(target):
+    if kinds.platform(kind).VENDOR is not None and target.components and not target.compiles_with_wheels:
         return f"a {kind} image compiles its components against torch in the image"
     if target.torch_build.obtain != "wheel":
         return "torch is built from source"
@@ -43,12 +43,6 @@ def cross_reason(target: Target) -> str | None:
         if component.kind != "kernels":
             return f"component {name} ({component.kind}) compiles in the image"
     return None
-
-
-def compiles_with_wheels(target: Target) -> bool:
-    """Whether target's kernels compile in its cross Dockerfile: a GPU platform of wheels that names its CUDA compiler
-    wheels (platforms.<p>.cuda_compiler), the compile on the target platform against the venv's torch (issue 31)."""
-    return bool(target.platform.cuda_compiler) and any(c.kind == "kernels" for _, c in target.components)
 
 
 def one_dockerfile(target: Target) -> bool:
@@ -65,7 +59,7 @@ def stage_names(target: Target, components: list[str]) -> list[tuple[str, str]]:
     stages += [(f"apt-{a}", "os-${BUILDARCH}") for a in arches] + [("apt", "apt-${TARGETARCH}")]
     stages.append(("base", "os-${TARGETARCH}"))
     stages += [(f"torch-{a}", "build-base") for a in arches]
-    compiled = compiles_with_wheels(target)
+    compiled = target.compiles_with_wheels
     if not compiled:  # pure Python on this platform: built once, installed into every venv
         stages += [(f"component-{name}", "build-base") for name in components]
     stages += [(f"venv-{a}", f"torch-{a}") for a in arches]

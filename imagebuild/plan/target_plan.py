@@ -205,11 +205,11 @@ def image_ref(image: str, digest: str | None) -> str:
 
 def _cross_arch_env(stage: str, target: Target, resolution: Resolution) -> dict[str, str]:
     """A cross Dockerfile's arch variables: the final stage ships them; a component compiled there (a CUDA platform of
-    wheels, plan/cross.py compiles_with_wheels) reads its own."""
+    wheels, Target.compiles_with_wheels) reads its own."""
     if stage == "final":
         return dict(resolution.env)
     name = stage.removeprefix("component-")
-    if stage != name and cross.compiles_with_wheels(target) and (plan := resolution.components.get(name)) is not None:
+    if stage != name and target.compiles_with_wheels and (plan := resolution.components.get(name)) is not None:
         return dict(plan.env)
     return {}
 

@@ -23,7 +23,6 @@ from imagebuild.lock.model import CONTROL
 from imagebuild.matrix import Matrix, Target, TgiRuntime
 from imagebuild.matrix.arches import Resolution
 from imagebuild.matrix.fields import excerpt
-from imagebuild.plan.cross import compiles_with_wheels
 from imagebuild.plan.target_plan import COMMITTED_DIR, TargetPlan, image_ref, plan_for
 from imagebuild.render import platforms
 from imagecontract import kinds
@@ -311,7 +310,7 @@ def _render_cross(matrix: Matrix, plan: TargetPlan) -> Rendered:
     oci = [platforms.platform_context(each, _locked_sets(each)) for each in plans]
     try:
         context = {**_context(plans[0]), "oci": oci, "locked_build": oci[0]["locked"]}
-        context.update(compiled=compiles_with_wheels(plan.target), platform_name=plan.target.platform_name)
+        context.update(compiled=plan.target.compiles_with_wheels, platform_name=plan.target.platform_name)
         _one_line(context)
         env = environment(plan.root / "dockerfiles" / "templates")
         dockerfile = env.get_template(platforms.TEMPLATE).render(**context)
@@ -337,7 +336,7 @@ def _locked_sets(plan: TargetPlan) -> dict[str, tuple[str, str]]:
         named.update({"torch-build": "torch", "torch-requires": "torch:requires"})
     named.update({f"torch-{c.name}": f"torch:{c.name}" for c in target.torch_build.companions})
     named.update({f"component-{n}": f"component-{n}" for n, component in target.components if component.build_requires})
-    if compiles_with_wheels(target):
+    if target.compiles_with_wheels:
         named["cuda-compiler"] = "cuda-compiler"
     if getattr(target.runtime, "packages", None):  # a pip runtime whose packages the lock resolves
         named["runtime"] = "runtime"
