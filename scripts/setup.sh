@@ -433,15 +433,19 @@ suite_fetch() {  # SUITE DIR PACKAGE VERSION: download the .deb of Debian SUITE,
 trixie_fetch() { suite_fetch trixie "$TRIXIE_DIR" "$@"; }  # PACKAGE VERSION -> $TRIXIE_DIR/x
 forky_fetch() { suite_fetch forky "$FORKY_DIR" "$@"; }     # PACKAGE VERSION -> $FORKY_DIR/x (Debian testing)
 
+# A binary unpacked from a pinned .deb is recorded in a stamp as "VERSION SHA256" (Debian's builds do not always say
+# their own version: cosign's says `GitVersion: devel`); a later run skips the fetch while the file still matches.
+pinned_current() {  # STAMP VERSION FILE
+    [[ -x "$3" && -f "$1" ]] && [[ "$(cat "$1")" == "$2 $(sha256sum "$3" | cut -d' ' -f1)" ]]
+}
+pinned_record() { echo "$2 $(sha256sum "$3" | cut -d' ' -f1)" >"$1"; }  # STAMP VERSION FILE
+
 install_cosign() {
-    local stamp="$TRIXIE_DIR/cosign.installed"  # Debian's build says `GitVersion: devel`: record what we put there
-    if [[ -x /usr/local/bin/cosign && -f "$stamp" ]] \
-        && [[ "$(cat "$stamp")" == "${COSIGN_DEB_VERSION} $(sha256sum /usr/local/bin/cosign | cut -d' ' -f1)" ]]; then
-        return
-    fi
+    local stamp="$TRIXIE_DIR/cosign.installed"
+    pinned_current "$stamp" "$COSIGN_DEB_VERSION" /usr/local/bin/cosign && return
     trixie_fetch cosign "$COSIGN_DEB_VERSION"
     install -m 0755 "$TRIXIE_DIR/x/usr/bin/cosign" /usr/local/bin/cosign
-    echo "${COSIGN_DEB_VERSION} $(sha256sum /usr/local/bin/cosign | cut -d' ' -f1)" >"$stamp"
+    pinned_record "$stamp" "$COSIGN_DEB_VERSION" /usr/local/bin/cosign
 }
 
 # docker-buildx 0.29.1 from forky, the same way, as a plugin of every docker client (the system plugin folder): on a
@@ -453,14 +457,11 @@ BUILDX_PLUGIN="${IMAGEBUILD_BUILDX_PLUGIN:-/usr/local/lib/docker/cli-plugins/doc
 
 install_buildx() {
     local stamp="$FORKY_DIR/buildx.installed"
-    if [[ -x "$BUILDX_PLUGIN" && -f "$stamp" ]] \
-        && [[ "$(cat "$stamp")" == "${BUILDX_DEB_VERSION} $(sha256sum "$BUILDX_PLUGIN" | cut -d' ' -f1)" ]]; then
-        return
-    fi
+    pinned_current "$stamp" "$BUILDX_DEB_VERSION" "$BUILDX_PLUGIN" && return
     forky_fetch docker-buildx "$BUILDX_DEB_VERSION"
     install -D -m 0755 "$FORKY_DIR/x/usr/libexec/docker/cli-plugins/docker-buildx" "$BUILDX_PLUGIN.new"
     mv "$BUILDX_PLUGIN.new" "$BUILDX_PLUGIN"
-    echo "${BUILDX_DEB_VERSION} $(sha256sum "$BUILDX_PLUGIN" | cut -d' ' -f1)" >"$stamp"
+    pinned_record "$stamp" "$BUILDX_DEB_VERSION" "$BUILDX_PLUGIN"
 }
 
 make_base_image() {
@@ -483,16 +484,13 @@ QEMU_AARCH64="$QEMU_DIR/qemu-binfmt/aarch64-binfmt-P"  # the -binfmt-P name: arg
 
 install_qemu() {
     local stamp="$TRIXIE_DIR/qemu.installed"
-    if [[ -x "$QEMU_AARCH64" && -f "$stamp" ]] \
-        && [[ "$(cat "$stamp")" == "${QEMU_DEB_VERSION} $(sha256sum "$QEMU_AARCH64" | cut -d' ' -f1)" ]]; then
-        return
-    fi
+    pinned_current "$stamp" "$QEMU_DEB_VERSION" "$QEMU_AARCH64" && return
     trixie_fetch qemu-user "$QEMU_DEB_VERSION"
     install -D -m 0755 "$TRIXIE_DIR/x/usr/bin/qemu-aarch64" "$QEMU_AARCH64.new"
     mv "$QEMU_AARCH64.new" "$QEMU_AARCH64"
     # the package's own registration line (magic and mask of an aarch64 ELF), the interpreter put in later
     install -m 0644 "$TRIXIE_DIR/x/usr/share/qemu/binfmt.d/qemu-aarch64.conf" "$QEMU_DIR/qemu-aarch64.conf"
-    echo "${QEMU_DEB_VERSION} $(sha256sum "$QEMU_AARCH64" | cut -d' ' -f1)" >"$stamp"
+    pinned_record "$stamp" "$QEMU_DEB_VERSION" "$QEMU_AARCH64"
 }
 
 enable_emulation() {
