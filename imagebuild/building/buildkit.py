@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -184,6 +185,10 @@ def _ref_of(cache: str) -> str:
 _STEP = re.compile(r"^#(\d+) \[([^\]]+)\] (.*)$")
 _CACHED = re.compile(r"^#(\d+) CACHED$")
 _ERROR = re.compile(r"^#(\d+) ERROR: (.*)$")
+_OUTPUT = re.compile(r"^#(\d+) \d+\.\d+ (.*)$")
+# the failing step's own last lines: its error (pip's, apt's, the compiler's) is there, not in the log's end,
+# which BuildKit fills with the Dockerfile excerpt and the solver's verdict
+STEP_OUTPUT_LINES = 20
 
 
 @dataclass
@@ -194,15 +199,25 @@ class LogSummary:
     cached: set[str] = field(default_factory=set)
     failed: str | None = None
     failed_id: str | None = None
+    output: dict[str, deque[str]] = field(default_factory=dict)
 
     def feed(self, line: str) -> None:
-        if match := _STEP.match(line):
+        if match := _OUTPUT.match(line):
+            kept = self.output.setdefault(match.group(1), deque(maxlen=STEP_OUTPUT_LINES))
+            kept.append(match.group(2))
+        elif match := _STEP.match(line):
             self.steps.setdefault(match.group(1), f"[{match.group(2)}] {match.group(3)}")
         elif match := _CACHED.match(line):
             self.cached.add(match.group(1))
         elif (match := _ERROR.match(line)) and self.failed is None:
             self.failed_id = match.group(1)
             self.failed = self.steps.get(match.group(1), f"step #{match.group(1)}")
+
+    def failure_tail(self, log_tail: list[str]) -> list[str]:
+        """What a failed build shows: the failing step's last output lines, then the engine's own error lines."""
+        own = list(self.output.get(self.failed_id or "", ()))
+        verdict = [line for line in log_tail if line.startswith("ERROR") or _ERROR.match(line)]
+        return own + verdict if own else log_tail
 
     @property
     def build_steps(self) -> list[str]:
@@ -287,7 +302,7 @@ def run_build(
         cached_steps=len([sid for sid in steps if sid in summary.cached]),
         total_steps=len(steps),
         failed_step=failed,
-        log_tail=[] if ok else tail,
+        log_tail=[] if ok else summary.failure_tail(tail),
         log=str(spec.log_path),
         dockerfile=str(spec.dockerfile),
         command=[secrets.scrub(arg) for arg in argv],

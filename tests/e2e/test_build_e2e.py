@@ -121,7 +121,9 @@ def _scratch_repo(tmp_path: Path, dockerfile: str) -> Path:
 def test_broken_step_exits_3_and_names_the_step(engine: str, tmp_path: Path) -> None:
     nonce = uuid.uuid4().hex[:8]
     root = _scratch_repo(
-        tmp_path, f"FROM local/debian:bookworm\nRUN echo fine-{nonce}\nRUN echo about-to-break && exit 7\n"
+        tmp_path,
+        f"FROM local/debian:bookworm\nRUN echo fine-{nonce}\n"
+        "RUN seq 1 60 | sed 's/^/noise /' && echo about-to-break && exit 7\n",
     )
     # the scratch repository holds the amd64 Dockerfile only
     run = imagebuild(
@@ -129,11 +131,17 @@ def test_broken_step_exits_3_and_names_the_step(engine: str, tmp_path: Path) -> 
     )
     assert run.returncode == 3, run.output[-3000:]
     error = run.stderr.strip().splitlines()[-1]
-    assert error.startswith("error: ") and "RUN echo about-to-break && exit 7" in error
+    assert error.startswith("error: ") and "echo about-to-break && exit 7" in error
     assert "Traceback" not in run.output
     entry = json.loads((root / "build/build-report.json").read_text())["targets"][0]
     assert entry["ok"] is False and entry["image_id"] is None
     assert "exit 7" in entry["failed_step"] and any("about-to-break" in line for line in entry["log_tail"])
+    # the tail is the step's own output (its last lines), not BuildKit's Dockerfile excerpt; and it is printed
+    tail = entry["log_tail"]
+    cause = next(i for i, line in enumerate(tail) if line == "about-to-break")
+    assert tail[cause - 1] == "noise 60" and all(line.startswith(("#", "ERROR")) for line in tail[cause + 1 :])
+    assert not any("Dockerfile:" in line for line in tail)
+    assert "  | about-to-break" in run.stdout
 
 
 def test_parallel_jobs_keep_each_result(engine: str, tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from imagebuild.building.bake import bake_file
-from imagebuild.building.buildkit import BuildSpec, GitInfo, LogSummary, command
+from imagebuild.building.buildkit import STEP_OUTPUT_LINES, BuildSpec, GitInfo, LogSummary, command
 from imagebuild.building.secrets import collect_secrets
 from imagebuild.building.specs import PlanOptions, plan, select_targets
 from imagebuild.engine.docker import Engine
@@ -72,6 +72,34 @@ def test_log_summary_counts_cached_steps_and_names_the_failing_one() -> None:
         summary.feed(line)
     assert summary.failed == "[base 3/3] RUN exit 7"
     assert summary.build_steps == ["5", "6"] and summary.cached == {"5"}
+
+
+def test_log_summary_tail_is_the_failing_steps_own_output_then_the_engines_error() -> None:
+    """BuildKit ends a failed build's log with a Dockerfile excerpt: the step's own error (pip's) came before it."""
+    summary = LogSummary()
+    lines = [
+        "#5 [base 2/3] RUN pip download x",
+        *(f"#5 {i}.100 noise {i}" for i in range(40)),
+        "#6 [base 3/3] RUN pip install -r r.txt",
+        *(f"#6 {i}.200 collecting {i}" for i in range(30)),
+        "#6 31.500 ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE.",
+        "#6 ERROR: process did not complete successfully: exit code: 1",
+        "------",
+        " > [base 3/3] RUN pip install -r r.txt:",
+        "Dockerfile:3",
+        "   3 | >>> RUN pip install -r r.txt",
+        "ERROR: failed to solve: process did not complete successfully: exit code: 1",
+    ]
+    for line in lines:
+        summary.feed(line)
+    tail = summary.failure_tail(lines[-40:])
+    assert tail[-3] == "ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE."
+    assert tail[-2:] == [lines[-6], lines[-1]]
+    assert len(tail) == STEP_OUTPUT_LINES + 2 and not any("noise" in line or "Dockerfile" in line for line in tail)
+    # a failure before any step printed (the frontend, a missing base) keeps the log's own end
+    assert LogSummary().failure_tail(["ERROR: failed to solve: pull access denied"]) == [
+        "ERROR: failed to solve: pull access denied"
+    ]
 
 
 def test_secret_values_become_files_and_are_scrubbed(tmp_path: Path) -> None:
