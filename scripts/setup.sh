@@ -417,8 +417,9 @@ suite_fetch() {  # SUITE DIR PACKAGE VERSION: download the .deb of Debian SUITE,
     local o=(-o "Dir::Etc::sourcelist=$dir/sources.list" -o "Dir::Etc::sourceparts=-"
         -o "Dir::State::Lists=$dir/lists" -o "Dir::Cache::archives=$dir/archives"
         -o "Dir::State::status=/dev/null" -o "APT::Sandbox::User=root" -o "Acquire::Check-Valid-Until=false")
-    log "fetch ${pkg} ${version} from Debian ${suite}"
     apt-get "${o[@]}" update -qq
+    version="$(pinned_or_series "$suite" "$pkg" "$version" "$(apt-cache "${o[@]}" madison "$pkg")")"
+    log "fetch ${pkg} ${version} from Debian ${suite}"
     (cd "$dir" && rm -f "${pkg}"_*.deb && apt-get "${o[@]}" download -qq "${pkg}=${version}")
     local deb expected
     deb="$(ls "$dir"/"${pkg}"_*.deb)"
@@ -428,6 +429,36 @@ suite_fetch() {  # SUITE DIR PACKAGE VERSION: download the .deb of Debian SUITE,
         exit 1
     fi
     rm -rf "$dir/x" && dpkg -x "$deb" "$dir/x"
+}
+
+# A released suite replaces a package's version at each point release (a testing suite at each migration), and its
+# mirror then no longer serves the pinned one: a new machine's setup would stop there. The pin stays what we ask
+# for; when the signed index lacks it, the highest version the index has of the same upstream major.minor series is
+# taken, and said; another series is an error naming both, since it means new code to try, not a rebuild.
+debian_series() {  # DEBIAN_VERSION -> upstream major.minor ("1:10.0.13+ds-0+deb13u1" -> "10.0")
+    local v="${1#*:}"
+    v="${v%-*}"
+    v="${v%%[+~]*}"
+    echo "${v%%.*}.$(cut -d. -f2 <<<"$v")"
+}
+
+pinned_or_series() {  # SUITE PACKAGE PIN MADISON_LINES -> the version to fetch (stdout)
+    local suite="$1" pkg="$2" pin="$3" have best=""
+    have="$(awk -F'|' '{gsub(/ /, "", $2); print $2}' <<<"$4" | sort -u)"
+    if grep -qxF -- "$pin" <<<"$have"; then
+        echo "$pin"
+        return
+    fi
+    for v in $have; do
+        [[ "$(debian_series "$v")" == "$(debian_series "$pin")" ]] || continue
+        if [[ -z "$best" ]] || dpkg --compare-versions "$v" gt "$best"; then best="$v"; fi
+    done
+    if [[ -z "$best" ]]; then
+        log "${pkg} ${pin} is not in Debian ${suite}, nor any ${pkg} $(debian_series "$pin").x (it has: $(echo ${have:-nothing})): setup.sh's pin needs updating"
+        exit 1
+    fi
+    log "${pkg} ${pin} is no longer in Debian ${suite}: taking ${best}, the same $(debian_series "$pin") series"
+    echo "$best"
 }
 
 trixie_fetch() { suite_fetch trixie "$TRIXIE_DIR" "$@"; }  # PACKAGE VERSION -> $TRIXIE_DIR/x

@@ -58,3 +58,35 @@ def test_the_torch_wheel_is_checked_against_the_lock(tmp_path: Path) -> None:
     assert bad.stderr.strip().splitlines()[-1] == (
         f"setup: {tmp_path / WHEEL} does not match matrix.lock.json's sha256 {got.stdout.strip()}"
     )
+
+
+def test_the_debian_series_of_a_pin_is_its_upstream_major_minor() -> None:
+    pins = ["1:10.0.13+ds-0+deb13u1", "28.5.2+dfsg4-5", "1.7.24~ds1-6+deb13u1", "0.29.1+ds1-4", "2.5.0-2+b5"]
+    run = subprocess.run(
+        ["bash", "-c", f'source "{REPO}/scripts/setup.sh"; for v in "$@"; do debian_series "$v"; done', "-", *pins],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.stdout.split() == ["10.0", "28.5", "1.7", "0.29", "2.5"], run.stderr
+
+
+def test_a_pin_gone_from_the_suite_takes_its_series_newest_and_says_so_against_the_real_mirror(
+    tmp_path: Path,
+) -> None:
+    """A point release replaces the pinned .deb on the mirror: setup goes on with the same series, said in one line;
+    a pin of a series the suite no longer has is one error line (Debian trixie's `hello`, 2.10-x, fetched for real)."""
+    gone = setup_step(f'suite_fetch trixie "{tmp_path}" hello 2.10-0.1 && dpkg-deb -f "{tmp_path}"/hello_*.deb Version')
+    assert gone.returncode == 0, gone.stderr
+    taken = gone.stdout.strip()
+    assert taken.startswith("2.10-") and taken != "2.10-0.1"
+    assert f"setup: hello 2.10-0.1 is no longer in Debian trixie: taking {taken}, the same 2.10 series" in gone.stderr
+    assert (tmp_path / "x" / "usr" / "bin" / "hello").is_file()
+    other = setup_step(f'suite_fetch trixie "{tmp_path}" hello 1.3-1')
+    assert other.returncode == 1
+    assert other.stderr.strip().splitlines()[-1] == (
+        f"setup: hello 1.3-1 is not in Debian trixie, nor any hello 1.3.x (it has: {taken}): "
+        "setup.sh's pin needs updating"
+    )
+    exact = setup_step(f'suite_fetch trixie "{tmp_path}" hello {taken}')
+    assert exact.returncode == 0 and "no longer" not in exact.stderr, exact.stderr
