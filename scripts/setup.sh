@@ -443,21 +443,23 @@ debian_series() {  # DEBIAN_VERSION -> upstream major.minor ("1:10.0.13+ds-0+deb
 }
 
 pinned_or_series() {  # SUITE PACKAGE PIN MADISON_LINES -> the version to fetch (stdout)
-    local suite="$1" pkg="$2" pin="$3" have best=""
+    local suite="$1" pkg="$2" pin="$3" series have best="" v
+    series="$(debian_series "$pin")"
     have="$(awk -F'|' '{gsub(/ /, "", $2); print $2}' <<<"$4" | sort -u)"
     if grep -qxF -- "$pin" <<<"$have"; then
         echo "$pin"
         return
     fi
     for v in $have; do
-        [[ "$(debian_series "$v")" == "$(debian_series "$pin")" ]] || continue
+        [[ "$(debian_series "$v")" == "$series" ]] || continue
         if [[ -z "$best" ]] || dpkg --compare-versions "$v" gt "$best"; then best="$v"; fi
     done
     if [[ -z "$best" ]]; then
-        log "${pkg} ${pin} is not in Debian ${suite}, nor any ${pkg} $(debian_series "$pin").x (it has: $(echo ${have:-nothing})): setup.sh's pin needs updating"
+        have="${have//$'\n'/ }"
+        log "${pkg} ${pin} is not in Debian ${suite}, nor any ${pkg} ${series}.x (it has: ${have:-nothing}): setup.sh's pin needs updating"
         exit 1
     fi
-    log "${pkg} ${pin} is no longer in Debian ${suite}: taking ${best}, the same $(debian_series "$pin") series"
+    log "${pkg} ${pin} is no longer in Debian ${suite}: taking ${best}, the same ${series} series"
     echo "$best"
 }
 
