@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -14,6 +15,17 @@ from click.testing import CliRunner
 from imagebuild.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite's children start with SIGINT at its default even when pytest was started with it ignored.
+
+    A shell without job control starts a background command (`cmd &`, `nohup`) with SIGINT ignored, an exec keeps
+    that, and Python then installs no KeyboardInterrupt handler: the tests that interrupt a child (a smoke, a signed
+    promote, doctor against a silent engine) saw it run on as if nothing came (4 failures in a backgrounded run of
+    .ci/run here). A Python handler in this process becomes the default in every child it execs."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @dataclass
