@@ -10,6 +10,11 @@
 #   KEEP_OURS=1 bash bench/vllm_cuda_build.sh --prune --platform linux/arm64
 #   bash bench/vllm_cuda_publish.sh stage linux/arm64    # the arm64 smoke runs under emulation
 #   bash bench/vllm_cuda_publish.sh promote              # one signed index, verify, the page
+#   bash bench/vllm_cuda_publish.sh clean                # after: the two repositories deleted, the registry's GC run
+#
+# CI runs on the machine a session used (stop 39 went red with a full disk): `clean` deletes every manifest of the
+# staging and public repositories (~4.7 GB per leg) and runs the registry's garbage collection on its storage. Run it
+# while nothing else pushes to the registry (the GC does not stop the registry; a concurrent upload could lose blobs).
 #
 # Writes build/bench-cuda/ (reports) and bench/results/vllm-cuda-index.json (what each step did and took).
 # Signs with the quick start's throwaway key (build/keys/, scripts/quickstart.sh).
@@ -88,5 +93,39 @@ case "${1:-}" in
         fi
         step page imagebuild report --out "$work/site" --registry "$public" --key build/keys/cosign.pub
         ;;
-    *) echo "usage: $0 stage linux/amd64|linux/arm64 | promote" >&2; exit 2 ;;
+    clean)
+        for repo in "$staging" "$public"; do
+            python3 - "$repo" <<'PY'
+import json, sys, urllib.error, urllib.request
+host, _, name = sys.argv[1].partition("/")
+base = f"http://{host}/v2/{name}"
+kinds = ", ".join(("application/vnd.oci.image.index.v1+json", "application/vnd.oci.image.manifest.v1+json",
+                   "application/vnd.docker.distribution.manifest.list.v2+json",
+                   "application/vnd.docker.distribution.manifest.v2+json"))
+try:
+    with urllib.request.urlopen(f"{base}/tags/list", timeout=30) as answer:
+        tags = json.loads(answer.read(1 << 20)).get("tags") or []
+except urllib.error.HTTPError as error:
+    if error.code != 404:
+        raise
+    tags = []
+digests = set()
+for tag in tags:
+    ask = urllib.request.Request(f"{base}/manifests/{tag}", headers={"Accept": kinds})
+    with urllib.request.urlopen(ask, timeout=30) as answer:
+        digests.add(answer.headers["Docker-Content-Digest"])
+        # an index's children are untagged manifests of their own: deleted too, or their layers stay referenced
+        digests.update(child["digest"] for child in json.loads(answer.read(4 << 20)).get("manifests", []))
+for digest in sorted(digests):
+    urllib.request.urlopen(urllib.request.Request(f"{base}/manifests/{digest}", method="DELETE"), timeout=30).close()
+print(f"{sys.argv[1]}: {len(tags)} tags, {len(digests)} manifests deleted")
+PY
+        done
+        # without --delete-untagged: Debian 12's registry (2.8) takes an index's children for untagged manifests and
+        # deletes those of every multi-platform tag (distribution/distribution#3178, fixed by #3822 for 3.x only);
+        # the children above were deleted by digest instead
+        docker-registry garbage-collect /var/lib/imagebuild-registry/config.yml >"$work/registry-gc.log" 2>&1
+        echo "registry: garbage collected ($(grep -c 'blob eligible for deletion' "$work/registry-gc.log" || true) blobs); $(du -sh /var/lib/imagebuild-registry/data | cut -f1) left"
+        ;;
+    *) echo "usage: $0 stage linux/amd64|linux/arm64 | promote | clean" >&2; exit 2 ;;
 esac
